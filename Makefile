@@ -1,0 +1,46 @@
+# Cairn: `make run` starts the whole product with demo data; `make test` runs the suite.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+# Without DATABASE_URL the suite runs on SQLite and leaves out the PostgreSQL-only tests.
+PYTEST_MARKERS := $(if $(DATABASE_URL),,-m "not postgres")
+
+.PHONY: install run test lint format bench browser-deps clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+install: $(STAMP)
+
+# Browser tests drive Debian's Chromium (never a downloaded browser).
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "Installing Debian's chromium for the browser tests…"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
+
+run: install
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py seed_demo
+	$(PY) manage.py cairn_up
+
+test: install browser-deps
+	$(PY) -m pytest $(PYTEST_MARKERS) $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: install
+	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) var staticfiles

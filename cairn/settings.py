@@ -1,0 +1,248 @@
+"""Cairn settings. Everything comes from environment variables with safe defaults.
+
+With nothing set, Cairn runs embedded: SQLite, filesystem artifact storage, a Celery
+transport on the filesystem, and keys generated into a local directory that git ignores
+(``CAIRN_HOME``, default ``./var``). Every variable is documented in README.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+from cairn.local_files import local_secret
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value else default
+
+
+CAIRN_HOME = Path(env("CAIRN_HOME", str(BASE_DIR / "var")))
+PRODUCTION = env("CAIRN_ENV", "development") == "production"
+
+SECRET_KEY = env("DJANGO_SECRET_KEY") or local_secret(CAIRN_HOME / "secret_key", nbytes=50)
+DEBUG = env_bool("DJANGO_DEBUG", default=not PRODUCTION)
+ALLOWED_HOSTS = [h for h in env("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in env("DJANGO_CSRF_TRUSTED_ORIGINS").split(",") if o]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_htmx",
+    "template_partials",
+    "guardian",
+    "tenants",
+    "checkpoints",
+    "approvals",
+    "console",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "cairn.middleware.ContentSecurityPolicyMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "cairn.urls"
+WSGI_APPLICATION = "cairn.wsgi.application"
+ASGI_APPLICATION = "cairn.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------
+# SQLite (embedded default) runs in WAL mode with IMMEDIATE transactions so concurrent
+# writers queue for the lock instead of failing with "database is locked" mid-transaction.
+if env("DATABASE_URL"):
+    DATABASES = {"default": dj_database_url.parse(env("DATABASE_URL"), conn_max_age=60)}
+else:
+    CAIRN_HOME.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": env("CAIRN_SQLITE_PATH", str(CAIRN_HOME / "cairn.sqlite3")),
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "guardian.backends.ObjectPermissionBackend",
+]
+GUARDIAN_RAISE_403 = False
+ANONYMOUS_USER_NAME = None  # no guardian anonymous user: anonymous callers see nothing
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "console:login"
+LOGIN_REDIRECT_URL = "console:home"
+LOGOUT_REDIRECT_URL = "console:login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+MEDIA_ROOT = Path(env("CAIRN_MEDIA_ROOT", str(CAIRN_HOME / "media")))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if PRODUCTION
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        )
+    },
+}
+
+# --- Request size limits ---------------------------------------------------------------
+CAIRN_MAX_REQUEST_BYTES = env_int("CAIRN_MAX_REQUEST_BYTES", 1024 * 1024)
+CAIRN_MAX_ARTIFACT_BYTES = env_int("CAIRN_MAX_ARTIFACT_BYTES", 10 * 1024 * 1024)
+CAIRN_MAX_ENVELOPE_BYTES = env_int("CAIRN_MAX_ENVELOPE_BYTES", 256 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(CAIRN_MAX_REQUEST_BYTES, CAIRN_MAX_ARTIFACT_BYTES)
+FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE
+
+# --- Encryption --------------------------------------------------------------------------
+# "kid:base64key,kid2:base64key"; the first key encrypts, all of them decrypt. Without the
+# variable, a key is generated once into CAIRN_HOME/encryption_keys (never committed).
+CAIRN_ENCRYPTION_KEYS = env("CAIRN_ENCRYPTION_KEYS")
+CAIRN_KEY_FILE = Path(env("CAIRN_KEY_FILE", str(CAIRN_HOME / "encryption_keys")))
+
+# --- Runtime -----------------------------------------------------------------------------
+CAIRN_LEASE_SECONDS = env_int("CAIRN_LEASE_SECONDS", 60)
+CAIRN_OUTBOX_CLAIM_SECONDS = env_int("CAIRN_OUTBOX_CLAIM_SECONDS", 30)
+CAIRN_DISPATCH_ON_COMMIT = env_bool("CAIRN_DISPATCH_ON_COMMIT", True)
+CAIRN_STALLED_OPERATION_SECONDS = env_int("CAIRN_STALLED_OPERATION_SECONDS", 600)
+CAIRN_MODEL_CLIENT = env("CAIRN_MODEL_CLIENT", "local")
+CAIRN_MODEL_BASE_URL = env("CAIRN_MODEL_BASE_URL")
+CAIRN_MODEL_NAME = env("CAIRN_MODEL_NAME", "gpt-4o-mini")
+CAIRN_MODEL_API_KEY_REF = env("CAIRN_MODEL_API_KEY_REF")  # a secret reference, e.g. env:NAME
+
+# --- Celery --------------------------------------------------------------------------------
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker_dir = CAIRN_HOME / "broker"
+    for _sub in ("out", "processed"):
+        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "out"),
+        "data_folder_out": str(_broker_dir / "out"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    # Longer than any countdown or lease, so a slow ack never causes a redelivery.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_BEAT_SCHEDULE = {
+    "outbox-sweep": {"task": "checkpoints.outbox_sweep", "schedule": 5.0},
+    "runs-rescue": {"task": "checkpoints.runs_rescue", "schedule": 15.0},
+}
+
+# --- REST framework ---------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "tenants.authentication.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["tenants.permissions.HasTenantRole"],
+    "DEFAULT_PARSER_CLASSES": ["checkpoints.api.parsers.LimitedJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "checkpoints.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Cairn API",
+    "DESCRIPTION": "Durable checkpoints and resume for AI-agent workflows.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- Security ------------------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads nothing from it: the token goes in hx-headers
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if PRODUCTION:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "cairn.logging.JsonFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "loggers": {
+        "cairn": {"handlers": ["console"], "level": env("CAIRN_LOG_LEVEL", "INFO")},
+        "django.request": {"handlers": ["console"], "level": "ERROR"},
+    },
+}

@@ -1,0 +1,299 @@
+"""The checkpoint envelope: a versioned JSON record with eight field groups.
+
+The envelope is validated against its JSON Schema when written and when restored, hashed
+over its RFC 8785 canonical form, and migrated from older schema versions only through the
+explicit functions in ``MIGRATIONS``. It is never a serialized framework object.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+from collections.abc import Callable
+from typing import Any
+
+import jsonschema
+import rfc8785
+
+SCHEMA_VERSION = 2
+SERIALIZER_VERSION = "rfc8785-json-1"
+GROUPS = (
+    "identity",
+    "position",
+    "inputs",
+    "evidence",
+    "side_effects",
+    "budgets",
+    "control",
+    "compatibility",
+)
+# Groups a writer may supply; the rest are filled in by the commit service.
+CLIENT_GROUPS = ("inputs", "evidence", "side_effects", "budgets", "control")
+
+_uuid = {
+    "type": "string",
+    "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+}
+_sha = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+_name = {"type": "string", "minLength": 1, "maxLength": 100}
+_nullable_str = {"type": ["string", "null"], "maxLength": 500}
+_number = {"type": "number", "minimum": 0}
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["schema_version", *GROUPS],
+    "properties": {
+        "schema_version": {"const": SCHEMA_VERSION},
+        "identity": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": [
+                "run_id",
+                "workflow_type",
+                "workflow_version",
+                "checkpoint_id",
+                "parent_checkpoint_id",
+                "sequence",
+                "parent_sha256",
+            ],
+            "properties": {
+                "run_id": _uuid,
+                "workflow_type": _name,
+                "workflow_version": {"type": "string", "minLength": 1, "maxLength": 50},
+                "checkpoint_id": _uuid,
+                "parent_checkpoint_id": {"anyOf": [_uuid, {"type": "null"}]},
+                "sequence": {"type": "integer", "minimum": 1},
+                "parent_sha256": {"anyOf": [_sha, {"const": ""}]},
+            },
+        },
+        "position": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["state", "step", "transition_version", "pending_action"],
+            "properties": {
+                "state": _name,
+                "step": {"type": "string", "maxLength": 100},
+                "transition_version": {"type": "integer", "minimum": 1},
+                "pending_action": _nullable_str,
+            },
+        },
+        "inputs": {"type": "object"},
+        "evidence": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["artifacts", "validators"],
+            "properties": {
+                "artifacts": {
+                    "type": "array",
+                    "maxItems": 1000,
+                    "items": {
+                        "type": "object",
+                        "required": ["id", "sha256"],
+                        "properties": {
+                            "id": _uuid,
+                            "sha256": _sha,
+                            "name": {"type": "string", "maxLength": 100},
+                            "kind": {"type": "string", "maxLength": 32},
+                        },
+                    },
+                },
+                "validators": {
+                    "type": "array",
+                    "maxItems": 1000,
+                    "items": {
+                        "type": "object",
+                        "required": ["name", "passed"],
+                        "properties": {"name": _name, "passed": {"type": "boolean"}},
+                    },
+                },
+                "tool_results": {"type": "array", "maxItems": 1000},
+                "outputs": {"type": "object"},
+            },
+        },
+        "side_effects": {
+            "type": "array",
+            "maxItems": 1000,
+            "items": {
+                "type": "object",
+                "required": ["idempotency_key", "status"],
+                "properties": {
+                    "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "action": {"type": "string", "maxLength": 100},
+                    "target": {"type": "string", "maxLength": 500},
+                    "provider_operation_id": _nullable_str,
+                    "status": {"enum": ["reserved", "pending", "confirmed", "failed", "unknown"]},
+                },
+            },
+        },
+        "budgets": {
+            "type": "object",
+            "properties": {
+                "attempts_used": {"type": "integer", "minimum": 0},
+                "tokens_used": {"type": "integer", "minimum": 0},
+                "cost_used": _number,
+                "elapsed_seconds": _number,
+                "max_attempts": {"type": ["integer", "null"], "minimum": 1},
+                "max_tokens": {"type": ["integer", "null"], "minimum": 1},
+                "max_cost": {"type": ["number", "null"], "minimum": 0},
+                "deadline": {"type": ["string", "null"], "format": "date-time"},
+            },
+        },
+        "control": {
+            "type": "object",
+            "properties": {
+                "approval_request_id": {"anyOf": [_uuid, {"type": "null"}]},
+                "actor": _nullable_str,
+                "lease_owner": _nullable_str,
+                "next_eligible_at": {"type": ["string", "null"]},
+                "reason": {"type": ["string", "null"], "maxLength": 2000},
+            },
+        },
+        "compatibility": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["envelope_schema_version", "workflow_code_version", "serializer_version"],
+            "properties": {
+                "envelope_schema_version": {"const": SCHEMA_VERSION},
+                "workflow_code_version": {"type": "string", "maxLength": 50},
+                "serializer_version": {"type": "string", "maxLength": 50},
+            },
+        },
+    },
+}
+
+_validator = jsonschema.Draft202012Validator(SCHEMA)
+
+
+class EnvelopeInvalid(Exception):
+    """The envelope breaks its schema; ``fields`` maps JSON paths to messages."""
+
+    def __init__(self, fields: dict[str, str]):
+        self.fields = fields
+        super().__init__("; ".join(f"{k}: {v}" for k, v in fields.items()))
+
+
+class EnvelopeTooNew(Exception):
+    pass
+
+
+class NoMigration(Exception):
+    """No explicit migration covers this schema version."""
+
+
+def validate(envelope: dict[str, Any]) -> None:
+    """Raise EnvelopeInvalid (with every problem, by path) unless the envelope is valid."""
+    errors = sorted(_validator.iter_errors(envelope), key=lambda e: list(e.absolute_path))
+    if errors:
+        fields = {}
+        for error in errors[:20]:
+            path = ".".join(str(p) for p in error.absolute_path) or "envelope"
+            fields.setdefault(path, error.message[:300])
+        raise EnvelopeInvalid(fields)
+
+
+def canonical_json(value: Any) -> bytes:
+    """RFC 8785 canonical JSON: the bytes every hash in Cairn is computed over."""
+    return rfc8785.dumps(value)
+
+
+def sha256_of(envelope: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(envelope)).hexdigest()
+
+
+# --- Credentials never belong in an envelope ----------------------------------------------
+_SECRET_PATTERNS = [
+    ("PEM private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
+    ("Authorization header", re.compile(r"(?i)\b(authorization|proxy-authorization)\s*:\s*\S")),
+    ("bearer token", re.compile(r"(?i)\bbearer\s+[A-Za-z0-9\-._~+/]{20,}")),
+    ("OpenAI-style API key", re.compile(r"\bsk-[A-Za-z0-9_\-]{20,}")),
+    ("AWS access key id", re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("GitHub token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}")),
+    ("Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
+    ("Google API key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b")),
+    ("Stripe secret key", re.compile(r"\b[rs]k_live_[0-9A-Za-z]{16,}")),
+    ("Cairn API token", re.compile(r"\bcairn_[A-Za-z0-9_\-]{30,}")),
+]
+_SECRET_KEY_NAMES = re.compile(
+    r"(?i)^(password|passwd|secret|api_key|apikey|access_token|private_key|authorization)$"
+)
+
+
+def find_secret(value: Any, path: str = "envelope") -> tuple[str, str] | None:
+    """Return (path, what) of the first value that looks like a credential, else None."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if _SECRET_KEY_NAMES.match(str(key)) and isinstance(item, str) and item:
+                if not item.startswith(("env:", "file:")):
+                    return f"{path}.{key}", f"a value under the key '{key}'"
+            found = find_secret(item, f"{path}.{key}")
+            if found:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = find_secret(item, f"{path}.{index}")
+            if found:
+                return found
+    elif isinstance(value, str):
+        for what, pattern in _SECRET_PATTERNS:
+            if pattern.search(value):
+                return path, what
+    return None
+
+
+# --- Schema migrations ----------------------------------------------------------------------
+def _v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 kept a flat ``state``/``step``, a list of artifact ids and ``budget``.
+
+    Schema 2 groups position, carries sha256 with every artifact reference and names the
+    budget group ``budgets``.
+    """
+    new = copy.deepcopy(old)
+    new["schema_version"] = 2
+    new["position"] = {
+        "state": new.pop("state"),
+        "step": new.pop("step", ""),
+        "transition_version": 1,
+        "pending_action": None,
+    }
+    evidence = new.setdefault("evidence", {})
+    evidence["artifacts"] = [
+        {
+            "id": ref["id"],
+            "sha256": ref["sha256"],
+            **({"name": ref["name"]} if "name" in ref else {}),
+        }
+        for ref in evidence.pop("artifact_refs", [])
+    ]
+    evidence.setdefault("validators", [])
+    new["budgets"] = new.pop("budget", {})
+    new.setdefault("side_effects", [])
+    new.setdefault("control", {})
+    compat = new.setdefault("compatibility", {})
+    compat["envelope_schema_version"] = 2
+    compat.setdefault("workflow_code_version", "")
+    compat.setdefault("serializer_version", SERIALIZER_VERSION)
+    return new
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+
+
+def migrate(envelope: dict[str, Any]) -> dict[str, Any]:
+    """Bring an envelope to SCHEMA_VERSION through each explicit migration in turn."""
+    version = envelope.get("schema_version")
+    if not isinstance(version, int):
+        raise NoMigration("the envelope has no integer schema_version")
+    if version > SCHEMA_VERSION:
+        raise EnvelopeTooNew(
+            f"envelope schema {version} is newer than this code understands ({SCHEMA_VERSION})"
+        )
+    while version < SCHEMA_VERSION:
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise NoMigration(f"no migration covers envelope schema version {version}")
+        envelope = step(envelope)
+        version = envelope["schema_version"]
+    return envelope

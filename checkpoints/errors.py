@@ -1,0 +1,83 @@
+"""Domain errors. Each carries the API's machine code and HTTP status, and a sentence."""
+
+from __future__ import annotations
+
+
+class CairnError(Exception):
+    code = "error"
+    status = 400
+
+    def __init__(self, detail: str, *, fields: dict | None = None):
+        self.detail = detail
+        self.fields = fields
+        super().__init__(detail)
+
+
+class InvalidRequest(CairnError):
+    code, status = "invalid_request", 400
+
+
+class NotFound(CairnError):
+    code, status = "not_found", 404
+
+
+class PayloadTooLarge(CairnError):
+    code, status = "payload_too_large", 413
+
+
+class ConcurrentCheckpointWrite(CairnError):
+    code, status = "concurrent_checkpoint_write", 409
+
+
+class RunNotActive(CairnError):
+    code, status = "run_not_active", 409
+
+
+class LeaseHeld(CairnError):
+    code, status = "lease_held", 409
+
+
+class DefinitionConflict(CairnError):
+    code, status = "definition_conflict", 409
+
+
+class IdempotencyKeyReused(CairnError):
+    code, status = "idempotency_key_reused", 409
+
+
+class OperationStateConflict(CairnError):
+    code, status = "operation_state_conflict", 409
+
+
+class IllegalTransition(CairnError):
+    code, status = "illegal_transition", 422
+
+
+class InvalidEnvelope(CairnError):
+    code, status = "invalid_envelope", 422
+
+
+class InvalidDefinition(CairnError):
+    code, status = "invalid_definition", 422
+
+
+class ArtifactHashMismatch(CairnError):
+    code, status = "artifact_hash_mismatch", 422
+
+
+class SecretInEnvelope(CairnError):
+    code, status = "secret_in_envelope", 422
+
+
+class UnknownWorkflow(CairnError):
+    code, status = "unknown_workflow", 422
+
+
+class BudgetExhausted(CairnError):
+    code, status = "budget_exhausted", 409
+
+
+class IntegrityFailure(CairnError):
+    """Stored data failed its hash or authentication check (tampering or damage)."""
+
+    code, status = "integrity_failure", 409

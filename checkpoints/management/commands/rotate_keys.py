@@ -1,0 +1,18 @@
+from django.core.management.base import BaseCommand
+
+from checkpoints.services.keys import keys_rotate
+
+
+class Command(BaseCommand):
+    help = "Re-encrypt every payload under the active key (the first in CAIRN_ENCRYPTION_KEYS)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--batch-size", type=int, default=500)
+
+    def handle(self, *args, batch_size, **options):
+        def progress(kind: str, done: int) -> None:
+            self.stdout.write(f"  {kind}: {done} re-encrypted")
+
+        totals = keys_rotate(batch_size=batch_size, progress=progress)
+        summary = ", ".join(f"{kind} {count}" for kind, count in totals.items())
+        self.stdout.write(self.style.SUCCESS(f"Rotation complete: {summary}."))

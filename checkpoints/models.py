@@ -1,0 +1,283 @@
+"""The durable facts: workflow definitions, runs, checkpoints, artifacts, operations, outbox.
+
+Every row carries its tenant. Payload columns that can hold customer data are sealed with
+AES-GCM (``checkpoints.crypto``) by the services; the models never decrypt by themselves.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+from tenants.models import Tenant
+
+
+class RunStatus(models.TextChoices):
+    RUNNING = "running"
+    WAITING_APPROVAL = "waiting_approval"
+    WAITING_RETRY = "waiting_retry"
+    RECONCILING = "reconciling"
+    PAUSED_FOR_REVIEW = "paused_for_review"
+    CANCELLING = "cancelling"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    SUCCEEDED = "succeeded"
+
+
+TERMINAL_STATUSES = frozenset({RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED})
+ACTIVE_STATUSES = frozenset(set(RunStatus) - TERMINAL_STATUSES)
+
+
+class Execution(models.TextChoices):
+    WORKER = "worker"  # Cairn's Celery workers run the steps
+    EXTERNAL = "external"  # the caller drives checkpoints over the API
+
+
+class WorkflowDefinition(models.Model):
+    """A declarative state machine. ``tenant`` is null for definitions registered in code."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.CASCADE)
+    workflow_type = models.CharField(max_length=100)
+    version = models.CharField(max_length=50)
+    definition = models.JSONField()
+    definition_sha256 = models.CharField(max_length=64)
+    has_code = models.BooleanField(default=False)  # steps are Python functions
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["workflow_type", "version"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "workflow_type", "version"], name="workflow_unique_per_tenant"
+            ),
+            models.UniqueConstraint(
+                fields=["workflow_type", "version"],
+                condition=Q(tenant__isnull=True),
+                name="workflow_unique_in_code",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_type}@{self.version}"
+
+
+class Run(models.Model):
+    """The current snapshot of one workflow run; the checkpoints are its history."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="runs")
+    workflow = models.ForeignKey(WorkflowDefinition, on_delete=models.PROTECT)
+    workflow_type = models.CharField(max_length=100)
+    workflow_version = models.CharField(max_length=50)
+    execution = models.CharField(max_length=16, choices=Execution.choices)
+    objective_ref = models.CharField(max_length=500, blank=True)
+    state = models.CharField(max_length=100)
+    step = models.CharField(max_length=100, blank=True)
+    status = models.CharField(max_length=32, choices=RunStatus.choices)
+    status_reason = models.TextField(blank=True)
+    # Optimistic concurrency: every change to the run increments it.
+    version = models.PositiveBigIntegerField(default=1)
+    checkpoint_sequence = models.PositiveBigIntegerField(default=0)
+    # The head of the hash chain, so a commit needs no lookup to find its parent.
+    latest_checkpoint_id = models.UUIDField(null=True, blank=True)
+    latest_checkpoint_sha256 = models.CharField(max_length=64, blank=True)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    next_eligible_at = models.DateTimeField(null=True, blank=True)
+    restore_count = models.PositiveIntegerField(default=0)
+    budget_limits = models.JSONField(default=dict)
+    budget_used = models.JSONField(default=dict)
+    forked_from_run = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
+    forked_from_checkpoint = models.ForeignKey(
+        "Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
+    legal_hold = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["tenant", "-created_at", "-id"]),
+            models.Index(fields=["tenant", "status", "-created_at"]),
+            models.Index(fields=["tenant", "workflow_type", "-created_at"]),
+            models.Index(fields=["status", "next_eligible_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.id} ({self.workflow_type} {self.state}/{self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class CheckpointQuerySet(models.QuerySet):
+    """Checkpoints are append-only: bulk update and delete are refused here.
+
+    Retention (the one legitimate deleter) calls ``retention_delete`` explicitly.
+    """
+
+    def update(self, **kwargs):  # noqa: ANN003
+        raise ImmutableCheckpoint("checkpoints are immutable: they are never updated")
+
+    def delete(self):
+        raise ImmutableCheckpoint("checkpoints are deleted only by retention")
+
+    def retention_delete(self) -> int:
+        return models.QuerySet.delete(self)[0]
+
+    def reseal(self, pk: object, *, envelope_sealed: str, key_id: str) -> int:
+        """Key rotation rewrites the ciphertext only; the content and hash stay identical."""
+        return models.QuerySet.update(
+            self.filter(pk=pk), envelope_sealed=envelope_sealed, key_id=key_id
+        )
+
+
+class ImmutableCheckpoint(Exception):
+    pass
+
+
+class Checkpoint(models.Model):
+    """One accepted position of a run: immutable, hash-chained to its parent."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    sequence = models.PositiveBigIntegerField()
+    parent = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+    )
+    state = models.CharField(max_length=100)
+    step = models.CharField(max_length=100, blank=True)
+    schema_version = models.PositiveIntegerField()
+    envelope_sealed = models.TextField()
+    key_id = models.CharField(max_length=64)
+    sha256 = models.CharField(max_length=64)
+    parent_sha256 = models.CharField(max_length=64, blank=True)
+    actor = models.CharField(max_length=200, blank=True)
+    # True when the checkpoint carries transition evidence retention must keep.
+    is_evidence = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = CheckpointQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["run", "sequence"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "sequence"], name="checkpoint_one_per_sequence")
+        ]
+
+    def __str__(self) -> str:
+        return f"checkpoint {self.run_id}#{self.sequence}"
+
+    def save(self, *args, **kwargs):  # noqa: ANN002, ANN003
+        if not self._state.adding:
+            raise ImmutableCheckpoint("checkpoints are immutable: they are never updated")
+        kwargs["force_insert"] = True
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):  # noqa: ANN002, ANN003
+        raise ImmutableCheckpoint("checkpoints are deleted only by retention")
+
+
+class ArtifactKind(models.TextChoices):
+    SOURCE = "source"
+    DRAFT = "draft"
+    MODEL_CONTEXT = "model_context"
+    TOOL_RESULT = "tool_result"
+    OTHER = "other"
+
+
+class Artifact(models.Model):
+    """Immutable content-addressed bytes (sha256 of the plaintext), encrypted at rest."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    sha256 = models.CharField(max_length=64)
+    size = models.PositiveBigIntegerField()
+    media_type = models.CharField(max_length=200)
+    kind = models.CharField(max_length=32, choices=ArtifactKind.choices)
+    storage_name = models.CharField(max_length=300)
+    key_id = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "sha256"], name="artifact_dedup_per_tenant")
+        ]
+
+    def __str__(self) -> str:
+        return f"artifact {self.sha256[:12]} ({self.kind})"
+
+
+class OperationStatus(models.TextChoices):
+    RESERVED = "reserved"
+    PENDING = "pending"
+    CONFIRMED = "confirmed"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+class ExternalOperation(models.Model):
+    """One intended side effect, identified by an idempotency key unique across the store."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="operations")
+    step = models.CharField(max_length=100, blank=True)
+    idempotency_key = models.CharField(max_length=200, unique=True)
+    action = models.CharField(max_length=100)
+    target = models.CharField(max_length=500)
+    request_fingerprint = models.CharField(max_length=128)
+    status = models.CharField(
+        max_length=16, choices=OperationStatus.choices, default=OperationStatus.RESERVED
+    )
+    provider_operation_id = models.CharField(max_length=200, blank=True)
+    result_sealed = models.TextField(blank=True)
+    reason = models.TextField(blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        indexes = [models.Index(fields=["status", "updated_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.idempotency_key} ({self.status})"
+
+
+class OutboxMessage(models.Model):
+    """A command derived from committed state, published after commit (at least once)."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="outbox")
+    kind = models.CharField(max_length=64)
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+    available_at = models.DateTimeField(null=True, blank=True)  # not before (retries)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["id"], condition=Q(sent_at__isnull=True), name="outbox_unsent_idx")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.id}"

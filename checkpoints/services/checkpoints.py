@@ -1,0 +1,483 @@
+"""Committing, reading and verifying checkpoints: the one-transaction protocol.
+
+A commit is one transaction of three writes: the run's optimistic version update, the
+checkpoint insert (hash-chained to its parent) and the outbox message for the next
+command. When the version check fails nothing is written and ConcurrentCheckpointWrite is
+raised, so one parent checkpoint has exactly one accepted successor.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from checkpoints import crypto
+from checkpoints import envelope as env
+from checkpoints.errors import (
+    ArtifactHashMismatch,
+    ConcurrentCheckpointWrite,
+    IllegalTransition,
+    IntegrityFailure,
+    InvalidEnvelope,
+    LeaseHeld,
+    NotFound,
+    PayloadTooLarge,
+    RunNotActive,
+    SecretInEnvelope,
+)
+from checkpoints.models import (
+    ACTIVE_STATUSES,
+    Artifact,
+    Checkpoint,
+    Execution,
+    Run,
+    RunStatus,
+)
+from checkpoints.services import outbox
+from tenants.models import Tenant
+from tenants.services import Actor, audit_record
+
+log = logging.getLogger("cairn.checkpoints")
+
+TABLE = "checkpoint"
+FIELD = "envelope"
+BUDGET_USED_KEYS = ("attempts_used", "tokens_used", "cost_used", "elapsed_seconds")
+BUDGET_LIMIT_KEYS = ("max_attempts", "max_tokens", "max_cost", "deadline")
+# Statuses a writer may set with a commit; the rest belong to operator actions.
+COMMIT_STATUSES = frozenset(
+    {
+        RunStatus.RUNNING,
+        RunStatus.WAITING_APPROVAL,
+        RunStatus.WAITING_RETRY,
+        RunStatus.RECONCILING,
+        RunStatus.PAUSED_FOR_REVIEW,
+        RunStatus.FAILED,
+        RunStatus.SUCCEEDED,
+    }
+)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    checkpoint_id: UUID
+    sequence: int
+    sha256: str
+    parent_sha256: str
+    run_version: int
+
+
+def run_get(*, tenant: Tenant, run_id: UUID | str) -> Run:
+    """The tenant's run, or NotFound (also for another tenant's run: existence is private)."""
+    try:
+        return Run.objects.select_related("workflow").get(tenant=tenant, pk=run_id)
+    except (Run.DoesNotExist, ValueError):
+        raise NotFound("No such run.")
+
+
+def envelope_seal(*, tenant_id: object, checkpoint_id: object, envelope: dict[str, Any]) -> str:
+    return crypto.seal(
+        env.canonical_json(envelope),
+        tenant_id=tenant_id,
+        table=TABLE,
+        row_id=checkpoint_id,
+        field=FIELD,
+    )
+
+
+def checkpoint_envelope(checkpoint: Checkpoint) -> dict[str, Any]:
+    """The decrypted envelope as stored (not migrated). Raises IntegrityFailure."""
+    try:
+        plain = crypto.unseal(
+            checkpoint.envelope_sealed,
+            tenant_id=checkpoint.tenant_id,
+            table=TABLE,
+            row_id=checkpoint.id,
+            field=FIELD,
+        )
+        return json.loads(plain)
+    except crypto.DecryptionError as exc:
+        raise IntegrityFailure(f"Checkpoint {checkpoint.sequence} cannot be decrypted: {exc}")
+
+
+def budget_limits_snapshot(run: Run) -> dict[str, Any]:
+    return {key: run.budget_limits.get(key) for key in BUDGET_LIMIT_KEYS}
+
+
+def _check_client_groups(groups: dict[str, Any]) -> None:
+    unknown = set(groups) - set(env.CLIENT_GROUPS)
+    if unknown:
+        raise InvalidEnvelope(
+            "The envelope has groups a writer may not set.",
+            fields={name: "not a writable envelope group" for name in sorted(unknown)},
+        )
+    size = len(env.canonical_json(groups))
+    if size > settings.CAIRN_MAX_ENVELOPE_BYTES:
+        raise PayloadTooLarge(
+            f"The envelope is {size} bytes; the limit is {settings.CAIRN_MAX_ENVELOPE_BYTES}. "
+            "Store large content as an artifact and reference it by id and sha256."
+        )
+    found = env.find_secret(groups)
+    if found:
+        path, what = found
+        raise SecretInEnvelope(
+            f"{path} looks like a credential ({what}). Envelopes hold secret references "
+            "such as env:NAME, never the secret itself.",
+            fields={path: what},
+        )
+
+
+def _check_artifacts(tenant: Tenant, evidence: dict[str, Any]) -> None:
+    refs = evidence.get("artifacts") or []
+    if not refs:
+        return
+    ids = {str(ref.get("id")) for ref in refs}
+    stored = {
+        str(pk): digest
+        for pk, digest in Artifact.objects.filter(tenant=tenant, pk__in=ids).values_list(
+            "pk", "sha256"
+        )
+    }
+    for ref in refs:
+        ref_id = str(ref.get("id"))
+        if ref_id not in stored:
+            raise ArtifactHashMismatch(f"Artifact {ref_id} does not exist in this tenant.")
+        if stored[ref_id] != ref.get("sha256"):
+            raise ArtifactHashMismatch(
+                f"Artifact {ref_id} is stored with sha256 {stored[ref_id]}, "
+                f"not {ref.get('sha256')}."
+            )
+
+
+def _derive_status(run: Run, state: str) -> str:
+    definition = run.workflow.definition
+    if state in definition.get("terminal", []):
+        return RunStatus.SUCCEEDED
+    if state in definition.get("approval_states", []):
+        return RunStatus.WAITING_APPROVAL
+    return RunStatus.RUNNING
+
+
+def checkpoint_build(
+    *,
+    run: Run,
+    checkpoint_id: UUID,
+    sequence: int,
+    parent: tuple[UUID | None, str],
+    state: str,
+    step: str,
+    groups: dict[str, Any],
+    pending_action: str | None = None,
+    code_version: str = "",
+) -> dict[str, Any]:
+    """Assemble a full envelope from the writer's groups and the run's identity."""
+    parent_id, parent_sha = parent
+    budgets = {**{k: 0 for k in BUDGET_USED_KEYS}, **groups.get("budgets", {})}
+    budgets.update(budget_limits_snapshot(run))
+    evidence = {"artifacts": [], "validators": [], **groups.get("evidence", {})}
+    return {
+        "schema_version": env.SCHEMA_VERSION,
+        "identity": {
+            "run_id": str(run.id),
+            "workflow_type": run.workflow_type,
+            "workflow_version": run.workflow_version,
+            "checkpoint_id": str(checkpoint_id),
+            "parent_checkpoint_id": str(parent_id) if parent_id else None,
+            "sequence": sequence,
+            "parent_sha256": parent_sha,
+        },
+        "position": {
+            "state": state,
+            "step": step,
+            "transition_version": 1,
+            "pending_action": pending_action,
+        },
+        "inputs": groups.get("inputs", {}),
+        "evidence": evidence,
+        "side_effects": groups.get("side_effects", []),
+        "budgets": budgets,
+        "control": groups.get("control", {}),
+        "compatibility": {
+            "envelope_schema_version": env.SCHEMA_VERSION,
+            "workflow_code_version": code_version,
+            "serializer_version": env.SERIALIZER_VERSION,
+        },
+    }
+
+
+def checkpoint_insert(
+    *, run: Run, checkpoint_id: UUID, envelope: dict[str, Any], actor: Actor, is_evidence: bool
+) -> Checkpoint:
+    """Validate, hash, seal and insert one checkpoint. Call inside the commit transaction."""
+    try:
+        env.validate(envelope)
+    except env.EnvelopeInvalid as exc:
+        raise InvalidEnvelope("The envelope breaks its schema.", fields=exc.fields)
+    identity, position = envelope["identity"], envelope["position"]
+    return Checkpoint.objects.create(
+        id=checkpoint_id,
+        tenant_id=run.tenant_id,
+        run=run,
+        sequence=identity["sequence"],
+        parent_id=identity["parent_checkpoint_id"],
+        state=position["state"],
+        step=position["step"],
+        schema_version=envelope["schema_version"],
+        envelope_sealed=envelope_seal(
+            tenant_id=run.tenant_id, checkpoint_id=checkpoint_id, envelope=envelope
+        ),
+        key_id=crypto.keyring().active_id,
+        sha256=env.sha256_of(envelope),
+        parent_sha256=identity["parent_sha256"],
+        actor=actor.name[:200],
+        is_evidence=is_evidence,
+    )
+
+
+def checkpoint_commit(
+    *,
+    tenant: Tenant,
+    run_id: UUID | str,
+    expected_version: int,
+    state: str,
+    step: str = "",
+    envelope: dict[str, Any],
+    actor: Actor,
+    status: str | None = None,
+    status_reason: str = "",
+    lease_owner: str | None = None,
+    pending_action: str | None = None,
+    next_eligible_at: datetime | None = None,
+    code_version: str = "",
+    is_evidence: bool = False,
+) -> CommitResult:
+    """Commit the run's next checkpoint. One transaction; all or nothing.
+
+    ``envelope`` holds the writer's groups (inputs, evidence, side_effects, budgets,
+    control); a group left out is carried forward from the parent checkpoint.
+
+    Raises NotFound, RunNotActive, ConcurrentCheckpointWrite (expected_version is not the
+    run's version), LeaseHeld (another owner holds an unexpired lease), IllegalTransition,
+    InvalidEnvelope, SecretInEnvelope, PayloadTooLarge or ArtifactHashMismatch. When it
+    raises, nothing was written.
+    """
+    _check_client_groups(envelope)
+    if status is not None and status not in COMMIT_STATUSES:
+        raise InvalidEnvelope(
+            f"A commit cannot set the status '{status}'.", fields={"status": status}
+        )
+    with transaction.atomic():
+        run = run_get(tenant=tenant, run_id=run_id)
+        if run.status not in ACTIVE_STATUSES or run.status == RunStatus.CANCELLING:
+            raise RunNotActive(f"The run is {run.status}; it accepts no more checkpoints.")
+        if run.version != expected_version:
+            raise ConcurrentCheckpointWrite(
+                f"The run is at version {run.version}, not {expected_version}: another writer "
+                "committed first. Reload the run and decide again."
+            )
+        now = timezone.now()
+        if (
+            run.lease_owner
+            and run.lease_expires_at
+            and run.lease_expires_at > now
+            and run.lease_owner != lease_owner
+        ):
+            raise LeaseHeld(
+                f"The run is leased by {run.lease_owner} until {run.lease_expires_at.isoformat()}."
+            )
+        if not transition_ok(run, state):
+            raise IllegalTransition(
+                f"Workflow {run.workflow_type} does not allow {run.state} → {state}."
+            )
+        groups = dict(envelope)
+        missing = [g for g in env.CLIENT_GROUPS if g not in groups]
+        if missing:
+            parent_envelope = latest_envelope(run)
+            for group in missing:
+                groups[group] = parent_envelope.get(group, {} if group != "side_effects" else [])
+        sequence = run.checkpoint_sequence + 1
+        checkpoint_id = uuid.uuid4()
+        full = checkpoint_build(
+            run=run,
+            checkpoint_id=checkpoint_id,
+            sequence=sequence,
+            parent=(run.latest_checkpoint_id, run.latest_checkpoint_sha256),
+            state=state,
+            step=step,
+            groups=groups,
+            pending_action=pending_action,
+            code_version=code_version,
+        )
+        try:
+            env.validate(full)
+        except env.EnvelopeInvalid as exc:
+            raise InvalidEnvelope("The envelope breaks its schema.", fields=exc.fields)
+        _check_budget_monotonic(run, full["budgets"])
+        _check_artifacts(tenant, full["evidence"])
+        digest = env.sha256_of(full)
+        new_status = status or _derive_status(run, state)
+        updated = Run.objects.filter(pk=run.pk, version=expected_version).update(
+            version=F("version") + 1,
+            checkpoint_sequence=sequence,
+            latest_checkpoint_id=checkpoint_id,
+            latest_checkpoint_sha256=digest,
+            state=state,
+            step=step,
+            status=new_status,
+            status_reason=status_reason,
+            next_eligible_at=next_eligible_at,
+            budget_used={k: full["budgets"][k] for k in BUDGET_USED_KEYS},
+            updated_at=now,
+        )
+        if updated != 1:
+            raise ConcurrentCheckpointWrite(
+                f"The run moved past version {expected_version} while this checkpoint was "
+                "being written; nothing was written."
+            )
+        checkpoint = checkpoint_insert(
+            run=run,
+            checkpoint_id=checkpoint_id,
+            envelope=full,
+            actor=actor,
+            is_evidence=is_evidence,
+        )
+        outbox.outbox_enqueue(
+            run=run,
+            kind="run.resume" if run.execution == Execution.WORKER else "run.checkpointed",
+            payload={"run_id": str(run.id), "expected_version": expected_version + 1},
+            available_at=next_eligible_at,
+        )
+    log.info(
+        "checkpoint committed",
+        extra={
+            "run": str(run.id),
+            "tenant": tenant.slug,
+            "sequence": sequence,
+            "state": state,
+            "step": step,
+            "status": new_status,
+        },
+    )
+    return CommitResult(
+        checkpoint_id=checkpoint.id,
+        sequence=sequence,
+        sha256=digest,
+        parent_sha256=full["identity"]["parent_sha256"],
+        run_version=expected_version + 1,
+    )
+
+
+def transition_ok(run: Run, state: str) -> bool:
+    from checkpoints.services.workflows import transition_allowed
+
+    if state not in run.workflow.definition["states"]:
+        return False
+    return transition_allowed(run.workflow.definition, run.state, state)
+
+
+def _check_budget_monotonic(run: Run, budgets: dict[str, Any]) -> None:
+    lowered = {
+        key: f"may not decrease (the run has used {run.budget_used.get(key, 0)})"
+        for key in BUDGET_USED_KEYS
+        if isinstance(budgets.get(key), int | float) and budgets[key] < run.budget_used.get(key, 0)
+    }
+    if lowered:
+        raise InvalidEnvelope(
+            "Budget usage can only grow; only an operator grant adds budget.",
+            fields={f"budgets.{k}": v for k, v in lowered.items()},
+        )
+
+
+def latest_envelope(run: Run) -> dict[str, Any]:
+    checkpoint = Checkpoint.objects.filter(run=run, sequence=run.checkpoint_sequence).first()
+    if checkpoint is None:
+        return {}
+    return checkpoint_envelope(checkpoint)
+
+
+def checkpoint_get(*, tenant: Tenant, run_id: UUID | str, sequence: int) -> Checkpoint:
+    run = run_get(tenant=tenant, run_id=run_id)
+    checkpoint = Checkpoint.objects.filter(run=run, sequence=sequence).first()
+    if checkpoint is None:
+        raise NotFound(f"The run has no checkpoint {sequence}.")
+    return checkpoint
+
+
+def checkpoint_read(
+    *, tenant: Tenant, run_id: UUID | str, sequence: int, actor: Actor
+) -> tuple[Checkpoint, dict[str, Any]]:
+    """The decrypted envelope of one checkpoint; the read is audited."""
+    checkpoint = checkpoint_get(tenant=tenant, run_id=run_id, sequence=sequence)
+    envelope = checkpoint_envelope(checkpoint)
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        action="checkpoint.read",
+        run_id=checkpoint.run_id,
+        target=f"checkpoint {sequence}",
+    )
+    return checkpoint, envelope
+
+
+def run_verify(*, tenant: Tenant, run_id: UUID | str) -> dict[str, Any]:
+    """Re-check the hash chain and every referenced artifact. Reads only; never raises on
+    damage: each problem is reported as a sentence."""
+    from checkpoints.services.artifacts import artifact_content
+
+    run = run_get(tenant=tenant, run_id=run_id)
+    problems: list[str] = []
+    previous: Checkpoint | None = None
+    checked_artifacts: set[str] = set()
+    checkpoints = Checkpoint.objects.filter(run=run).order_by("sequence").iterator(chunk_size=500)
+    count = 0
+    for checkpoint in checkpoints:
+        count += 1
+        where = f"checkpoint {checkpoint.sequence}"
+        if previous is not None and checkpoint.sequence != previous.sequence + 1:
+            problems.append(f"{where} follows {previous.sequence}: the history has a gap")
+        if previous is not None and checkpoint.parent_sha256 != previous.sha256:
+            problems.append(
+                f"{where} names parent hash {checkpoint.parent_sha256[:12]}, "
+                f"but checkpoint {previous.sequence} hashes to {previous.sha256[:12]}"
+            )
+        try:
+            envelope = checkpoint_envelope(checkpoint)
+        except IntegrityFailure as exc:
+            problems.append(f"{where}: {exc.detail}")
+            previous = checkpoint
+            continue
+        if env.sha256_of(envelope) != checkpoint.sha256:
+            problems.append(f"{where}: the stored envelope does not match its sha256 (tampered)")
+        identity = envelope.get("identity", {})
+        if identity.get("run_id") != str(run.id) or identity.get("sequence") != checkpoint.sequence:
+            problems.append(f"{where}: the envelope's identity names another run or sequence")
+        if identity.get("parent_sha256", "") != checkpoint.parent_sha256:
+            problems.append(f"{where}: the envelope's parent hash differs from the stored one")
+        for ref in (envelope.get("evidence") or {}).get("artifacts", []):
+            key = f"{ref.get('id')}:{ref.get('sha256')}"
+            if key in checked_artifacts:
+                continue
+            checked_artifacts.add(key)
+            artifact = Artifact.objects.filter(tenant=tenant, pk=ref.get("id")).first()
+            if artifact is None:
+                problems.append(f"{where}: artifact {ref.get('id')} is missing")
+            elif artifact.sha256 != ref.get("sha256"):
+                problems.append(f"{where}: artifact {artifact.id} is stored with another sha256")
+            else:
+                try:
+                    artifact_content(artifact)
+                except IntegrityFailure as exc:
+                    problems.append(f"{where}: {exc.detail}")
+        previous = checkpoint
+    if previous is not None and previous.sha256 != run.latest_checkpoint_sha256:
+        problems.append("the run's latest hash is not the last checkpoint's hash")
+    return {"ok": not problems, "checkpoints": count, "problems": problems}

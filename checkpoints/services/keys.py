@@ -1,0 +1,87 @@
+"""Key rotation: re-encrypt every sealed payload under the active key, in small batches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.db import connection, transaction
+
+from checkpoints import crypto
+from checkpoints.models import Artifact, Checkpoint, ExternalOperation
+from checkpoints.services.artifacts import artifact_reseal
+from checkpoints.services.checkpoints import checkpoint_envelope, envelope_seal
+
+OPERATION_TABLE, OPERATION_FIELD = "external_operation", "result"
+
+
+def _allow_rotation() -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL cairn.rotation = 'on'")
+
+
+def keys_rotate(
+    *, batch_size: int = 500, progress: Callable[[str, int], None] | None = None
+) -> dict[str, int]:
+    """Re-encrypt checkpoints, artifacts and operation results not under the active key.
+
+    Each batch is its own short transaction; the command is safe to stop and run again (a
+    row is either under its old key or the new one, both readable while both are
+    configured). Content and hashes never change. Returns counts per kind.
+    """
+    active = crypto.keyring().active_id
+    totals = {"checkpoints": 0, "artifacts": 0, "operations": 0}
+    report = progress or (lambda kind, done: None)
+
+    while True:
+        batch = list(Checkpoint.objects.exclude(key_id=active).order_by("pk")[:batch_size])
+        if not batch:
+            break
+        with transaction.atomic():
+            _allow_rotation()
+            for checkpoint in batch:
+                envelope = checkpoint_envelope(checkpoint)
+                Checkpoint.objects.reseal(
+                    checkpoint.pk,
+                    envelope_sealed=envelope_seal(
+                        tenant_id=checkpoint.tenant_id,
+                        checkpoint_id=checkpoint.id,
+                        envelope=envelope,
+                    ),
+                    key_id=active,
+                )
+        totals["checkpoints"] += len(batch)
+        report("checkpoints", totals["checkpoints"])
+
+    while True:
+        batch = list(Artifact.objects.exclude(key_id=active).order_by("pk")[:batch_size])
+        if not batch:
+            break
+        for artifact in batch:
+            totals["artifacts"] += artifact_reseal(artifact)
+        report("artifacts", totals["artifacts"])
+
+    sealed_prefix = f"{crypto.FORMAT}.{active}."
+    while True:
+        batch = list(
+            ExternalOperation.objects.exclude(result_sealed="")
+            .exclude(result_sealed__startswith=sealed_prefix)
+            .order_by("pk")[:batch_size]
+        )
+        if not batch:
+            break
+        with transaction.atomic():
+            for operation in batch:
+                scope = dict(
+                    tenant_id=operation.tenant_id,
+                    table=OPERATION_TABLE,
+                    row_id=operation.id,
+                    field=OPERATION_FIELD,
+                )
+                plain = crypto.unseal(operation.result_sealed, **scope)
+                ExternalOperation.objects.filter(pk=operation.pk).update(
+                    result_sealed=crypto.seal(plain, **scope)
+                )
+        totals["operations"] += len(batch)
+        report("operations", totals["operations"])
+    return totals

@@ -1,0 +1,87 @@
+"""Tenants, roles (guardian object permissions on the tenant), API tokens and the audit log."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from guardian.models import GroupObjectPermissionBase, UserObjectPermissionBase
+
+
+class Tenant(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    legal_hold = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+        # The three roles are these object permissions on the tenant (see tenants.roles).
+        permissions = [
+            ("review_tenant", "Review approval requests of the tenant"),
+            ("operate_tenant", "Browse and operate the tenant's runs"),
+            ("admin_tenant", "Administer the tenant's members, tokens and retention"),
+        ]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class TenantUserObjectPermission(UserObjectPermissionBase):
+    """Direct foreign-key permission rows: a role check is one indexed lookup."""
+
+    content_object = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+
+
+class TenantGroupObjectPermission(GroupObjectPermissionBase):
+    content_object = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+
+
+class ApiToken(models.Model):
+    """A bearer token of one user in one tenant. Only its sha256 is stored."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tokens")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=12, db_index=True)
+    key_sha256 = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+
+class AuditEvent(models.Model):
+    """Append-only record of who did or read what. Never updated."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="audit_events")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    actor_label = models.CharField(max_length=200, blank=True)  # e.g. a worker's id
+    action = models.CharField(max_length=64)
+    run_id = models.UUIDField(null=True, blank=True)
+    target = models.CharField(max_length=200, blank=True)
+    reason = models.TextField(blank=True)
+    ip = models.GenericIPAddressField(null=True, blank=True)
+    details = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["tenant", "run_id", "id"]),
+            models.Index(fields=["tenant", "action", "id"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.actor_label or self.actor_id}"

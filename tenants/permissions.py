@@ -1,0 +1,27 @@
+"""DRF permission: the caller holds the view's required role permission in their tenant.
+
+Views name ``required_permission`` (one of tenants.roles' codenames), or a mapping from
+HTTP method to codename in ``required_permissions``.
+"""
+
+from __future__ import annotations
+
+from rest_framework import permissions
+
+from tenants.selectors import request_permissions, request_tenant
+
+
+class HasTenantRole(permissions.BasePermission):
+    message = "Your role in this tenant does not allow this."
+
+    def has_permission(self, request, view) -> bool:  # noqa: ANN001
+        if not request.user or not request.user.is_authenticated:
+            return False
+        if request_tenant(request._request) is None:
+            self.message = "You are not a member of any tenant."
+            return False
+        by_method = getattr(view, "required_permissions", None)
+        needed = (by_method or {}).get(request.method) or getattr(view, "required_permission", None)
+        if needed is None:
+            return False  # a view that names no permission is closed, not open
+        return needed in request_permissions(request._request)

@@ -1,0 +1,23 @@
+"""Test settings: the real settings, with a throwaway home and key, and fast password hashing.
+
+Environment variables set here are inherited by the worker processes tests start, so they
+share the database, keys and broker of the test run.
+"""
+
+import os
+import tempfile
+
+os.environ.setdefault("CAIRN_HOME", tempfile.mkdtemp(prefix="cairn-test-"))
+os.environ.setdefault("CELERY_BROKER_URL", "memory://")
+
+from checkpoints.crypto import new_key_spec  # noqa: E402
+
+os.environ.setdefault("CAIRN_ENCRYPTION_KEYS", new_key_spec("test1"))
+
+from cairn.settings import *  # noqa: E402, F403
+from cairn.settings import CAIRN_HOME, DATABASES  # noqa: E402
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# A file, not :memory:, so threads and worker processes share the test database.
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    DATABASES["default"]["TEST"] = {"NAME": str(CAIRN_HOME / "test.sqlite3")}
