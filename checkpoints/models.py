@@ -241,6 +241,9 @@ class ExternalOperation(models.Model):
     action = models.CharField(max_length=100)
     target = models.CharField(max_length=500)
     request_fingerprint = models.CharField(max_length=128)
+    provider = models.CharField(max_length=100, blank=True)  # adapter name
+    request_sealed = models.TextField(blank=True)  # encrypted request payload
+    client_reference = models.CharField(max_length=200, blank=True)
     status = models.CharField(
         max_length=16, choices=OperationStatus.choices, default=OperationStatus.RESERVED
     )
@@ -281,3 +284,19 @@ class OutboxMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.id}"
+
+
+class WorkerHeartbeat(models.Model):
+    """Workers seen recently (health page); one row per worker, refreshed as it works."""
+
+    worker_id = models.CharField(max_length=200, primary_key=True)
+    hostname = models.CharField(max_length=200, blank=True)
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    last_seen_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-last_seen_at"]
+
+    def __str__(self) -> str:
+        return self.worker_id
