@@ -81,3 +81,17 @@ class IntegrityFailure(CairnError):
     """Stored data failed its hash or authentication check (tampering or damage)."""
 
     code, status = "integrity_failure", 409
+
+
+class ActionNotAllowed(CairnError):
+    """An operator action that the run's current status does not permit."""
+
+    code, status = "action_not_allowed", 409
+
+
+class UnknownStep(CairnError):
+    code, status = "unknown_step", 422
+
+
+class UnknownCheckpoint(CairnError):
+    code, status = "unknown_checkpoint", 422
