@@ -1,0 +1,46 @@
+"""Template helpers for the console: the header (menu, tenant switcher) and formatting."""
+
+from __future__ import annotations
+
+from django import template
+from django.http import HttpRequest
+
+from console.menu import menu_for
+from tenants.selectors import request_permissions, request_tenant, tenants_of
+
+register = template.Library()
+
+
+@register.inclusion_tag("console/partials/header.html", takes_context=True)
+def console_header(context: template.Context) -> dict[str, object]:
+    request: HttpRequest | None = context.get("request")
+    user = getattr(request, "user", None)
+    if request is None or user is None or not user.is_authenticated:
+        return {"request": request, "signed_in": False}
+    tenant = request_tenant(request)
+    perms = request_permissions(request)
+    match = getattr(request, "resolver_match", None)
+    view_name = match.view_name if match else ""
+    tenants = list(tenants_of(user)) if tenant else []
+    return {
+        "request": request,
+        "signed_in": True,
+        "user": user,
+        "tenant": tenant,
+        "tenants": tenants if len(tenants) > 1 else [],
+        "menu": menu_for(perms, view_name),
+        "csrf_token": context.get("csrf_token"),
+    }
+
+
+@register.filter
+def short_sha(value: str | None, length: int = 12) -> str:
+    return (value or "")[: int(length)]
+
+
+@register.filter
+def percent_of(used: float | int | None, limit: float | int | None) -> int:
+    """0–100 for a bar; an unlimited or zero limit shows as empty."""
+    if not limit or used is None:
+        return 0
+    return max(0, min(100, round(100 * float(used) / float(limit))))

@@ -1,0 +1,49 @@
+"""Sign-in landing, tenant switching and the placeholder pages of later issues."""
+
+from __future__ import annotations
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from console.access import console_view
+from console.menu import menu_for
+from tenants import roles
+from tenants.selectors import SESSION_TENANT_KEY, tenants_of
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    """Operators land on the runs; everyone else sees what their role offers."""
+    if not request.user.is_authenticated:
+        return redirect("console:login")
+    return _home(request)
+
+
+@console_view(None)
+def _home(request: HttpRequest) -> HttpResponse:
+    if request.console.can(roles.OPERATE):
+        return redirect("console:runs")
+    return render(request, "console/home.html", {"menu": menu_for(request.console.permissions)})
+
+
+@require_POST
+def tenant_switch(request: HttpRequest) -> HttpResponse:
+    """Make another of the user's tenants the current one (stored in the session)."""
+    if not request.user.is_authenticated:
+        return redirect("console:login")
+    tenant = tenants_of(request.user).filter(pk=request.POST.get("tenant") or None).first()
+    if tenant is None:
+        raise Http404("You are not a member of that tenant.")
+    request.session[SESSION_TENANT_KEY] = str(tenant.pk)
+    # Pages of the old tenant (a run, a checkpoint) do not exist in the new one: start over.
+    return redirect("console:home")
+
+
+@console_view(roles.ADMIN)
+def members(request: HttpRequest) -> HttpResponse:
+    return render(request, "console/placeholder.html", {"title": "Members", "issue": "members"})
+
+
+@console_view(roles.ADMIN)
+def retention(request: HttpRequest) -> HttpResponse:
+    return render(request, "console/placeholder.html", {"title": "Retention", "issue": "retention"})

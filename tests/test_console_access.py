@@ -1,0 +1,144 @@
+"""Console foundation: sign-in, the role-filtered menu, tenant switching, CSP-safe layout."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from tenants.selectors import SESSION_TENANT_KEY
+from tenants.services import Actor, member_set_role
+
+
+def client_for(user) -> Client:  # noqa: ANN001
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def nav_labels(html: str) -> list[str]:
+    nav = re.search(r'<nav class="site-nav".*?</nav>', html, re.S).group(0)
+    return re.findall(r"<a [^>]*>([^<]+)</a>", nav)
+
+
+@pytest.mark.django_db
+def test_an_anonymous_visitor_is_sent_to_the_login_page():
+    response = Client().get(reverse("console:runs"))
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("console:login") + "?next=")
+
+
+@pytest.mark.django_db
+def test_an_anonymous_htmx_poll_redirects_the_whole_page():
+    response = Client().get(
+        reverse("console:runs"), HTTP_HX_REQUEST="true", HTTP_HX_CURRENT_URL="/runs/?status=x"
+    )
+    assert response.status_code == 200
+    assert response["HX-Redirect"].startswith(reverse("console:login") + "?next=")
+
+
+def test_signing_in_through_the_form_lands_an_operator_on_the_runs(bob):
+    client = Client()
+    page = client.get(reverse("console:login"))
+    assert b'<label for="id_username">Username</label>' in page.content
+    response = client.post(
+        reverse("console:login"),
+        {"username": "bob", "password": "correct horse battery staple"},
+        follow=True,
+    )
+    assert response.redirect_chain[-1][0] == reverse("console:runs")
+
+
+def test_a_wrong_password_is_refused_with_a_sentence(bob):
+    response = Client().post(reverse("console:login"), {"username": "bob", "password": "no"})
+    assert response.status_code == 200
+    assert b"did not match" in response.content
+
+
+def test_signing_out_ends_the_session(bob):
+    client = client_for(bob)
+    response = client.post(reverse("console:logout"))
+    assert response.status_code == 302
+    assert client.get(reverse("console:runs")).status_code == 302
+
+
+@pytest.mark.parametrize(
+    ("who", "expected"),
+    [
+        ("alice", ["Runs", "Health", "Members", "Retention"]),
+        ("bob", ["Runs"]),
+        ("carol", []),
+    ],
+)
+def test_the_menu_shows_only_what_the_role_allows(request, who, expected):  # noqa: ANN001
+    user = request.getfixturevalue(who)
+    html = client_for(user).get(reverse("console:home"), follow=True).content.decode()
+    labels = nav_labels(html)
+    # Approvals appears once the approvals app registers its page; never for an operator.
+    assert [label for label in labels if label != "Approvals"] == expected
+    if who == "bob":
+        assert "Approvals" not in labels
+
+
+def test_a_reviewer_lands_on_a_home_page_not_the_runs(carol):
+    response = client_for(carol).get(reverse("console:home"))
+    assert response.status_code == 200
+    assert client_for(carol).get(reverse("console:runs")).status_code == 403
+
+
+def test_a_user_without_any_tenant_is_refused(db):  # noqa: ANN001
+    from tests.factories import UserFactory
+
+    response = client_for(UserFactory(username="nobody")).get(reverse("console:runs"))
+    assert response.status_code == 403
+
+
+@pytest.mark.parametrize("url_name", ["console:health", "console:members", "console:retention"])
+def test_admin_pages_refuse_an_operator_and_open_for_an_admin(alice, bob, url_name):  # noqa: ANN001
+    assert client_for(bob).get(reverse(url_name)).status_code == 403
+    assert client_for(alice).get(reverse(url_name)).status_code == 200
+
+
+def test_the_layout_carries_csrf_in_hx_headers_and_no_inline_script_or_style(alice):
+    html = client_for(alice).get(reverse("console:runs")).content.decode()
+    assert re.search(r"<body hx-headers='\{\"X-CSRFToken\": \"\w{32,}\"\}'>", html)
+    assert "django_htmx/htmx-2.min.js" in html
+    for tag in re.findall(r"<script[^>]*>", html):
+        assert "src=" in tag, tag
+    assert "<style" not in html
+    assert " style=" not in html
+
+
+def test_the_vendored_htmx_and_css_are_served_by_the_app(alice, live_server):  # noqa: ANN001
+    import urllib.request
+
+    for path in ("/static/django_htmx/htmx-2.min.js", "/static/cairn/console.css"):
+        with urllib.request.urlopen(live_server.url + path) as response:  # noqa: S310
+            assert response.status == 200
+            assert len(response.read()) > 1000
+
+
+def test_a_member_of_two_tenants_switches_between_them(alice, globex):  # noqa: ANN001
+    member_set_role(tenant=globex, user=alice, role="operator", actor=Actor.system("test"))
+    client = client_for(alice)
+    html = client.get(reverse("console:runs")).content.decode()
+    assert 'id="tenant-select"' in html
+    response = client.post(reverse("console:tenant_switch"), {"tenant": str(globex.pk)})
+    assert response.status_code == 302
+    assert client.session[SESSION_TENANT_KEY] == str(globex.pk)
+    # In globex alice is an operator only: the admin pages are now refused.
+    assert client.get(reverse("console:health")).status_code == 403
+
+
+def test_switching_to_a_tenant_one_is_not_a_member_of_is_refused(alice, globex):  # noqa: ANN001
+    client = client_for(alice)
+    response = client.post(reverse("console:tenant_switch"), {"tenant": str(globex.pk)})
+    assert response.status_code == 404
+    assert SESSION_TENANT_KEY not in client.session
+
+
+def test_the_csp_header_is_sent_on_console_pages(bob):
+    response = client_for(bob).get(reverse("console:runs"))
+    assert "script-src 'self'" in response["Content-Security-Policy"]
