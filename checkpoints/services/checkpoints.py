@@ -259,11 +259,16 @@ def checkpoint_commit(
     next_eligible_at: datetime | None = None,
     code_version: str = "",
     is_evidence: bool = False,
+    operator_override: bool = False,
 ) -> CommitResult:
     """Commit the run's next checkpoint. One transaction; all or nothing.
 
     ``envelope`` holds the writer's groups (inputs, evidence, side_effects, budgets,
     control); a group left out is carried forward from the parent checkpoint.
+
+    ``operator_override`` is only for recorded operator actions (``run_retry``, which writes
+    its audit event in the same transaction): the move may go to any state of the workflow,
+    also backwards, and a failed run may be reopened. Everything else is checked as usual.
 
     Raises NotFound, RunNotActive, ConcurrentCheckpointWrite (expected_version is not the
     run's version), LeaseHeld (another owner holds an unexpired lease), IllegalTransition,
@@ -277,7 +282,10 @@ def checkpoint_commit(
         )
     with transaction.atomic():
         run = run_get(tenant=tenant, run_id=run_id)
-        if run.status not in ACTIVE_STATUSES or run.status == RunStatus.CANCELLING:
+        reopens = operator_override and run.status == RunStatus.FAILED
+        if (
+            run.status not in ACTIVE_STATUSES or run.status == RunStatus.CANCELLING
+        ) and not reopens:
             raise RunNotActive(f"The run is {run.status}; it accepts no more checkpoints.")
         if run.version != expected_version:
             raise ConcurrentCheckpointWrite(
@@ -294,7 +302,9 @@ def checkpoint_commit(
             raise LeaseHeld(
                 f"The run is leased by {run.lease_owner} until {run.lease_expires_at.isoformat()}."
             )
-        if not transition_ok(run, state):
+        if state not in run.workflow.definition["states"] or (
+            not operator_override and not transition_ok(run, state)
+        ):
             raise IllegalTransition(
                 f"Workflow {run.workflow_type} does not allow {run.state} → {state}."
             )
