@@ -95,3 +95,32 @@ class UnknownStep(CairnError):
 
 class UnknownCheckpoint(CairnError):
     code, status = "unknown_checkpoint", 422
+
+
+# --- approvals (approvals app) -------------------------------------------------------------
+class ApprovalExpired(CairnError):
+    code, status = "approval_expired", 409
+
+
+class ApprovalHashMismatch(ArtifactHashMismatch):
+    """The hash a reviewer saw is not the bound one: a conflict with the request, not bad input."""
+
+    code, status = "artifact_hash_mismatch", 409
+
+
+class ApprovalStale(CairnError):
+    code, status = "approval_stale", 409
+
+
+class SelfApprovalForbidden(CairnError):
+    code, status = "self_approval_forbidden", 409
+
+
+class AlreadyDecided(CairnError):
+    code, status = "already_decided", 409
+
+
+class ApprovalClosed(CairnError):
+    """The request was already decided (by others) or used; it takes no more decisions."""
+
+    code, status = "approval_closed", 409
