@@ -135,6 +135,8 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT.mkdir(exist_ok=True)  # whitenoise warns on every request when it is missing
+WHITENOISE_USE_FINDERS = True  # serve static/ directly when collectstatic has not run
 STATICFILES_DIRS = [BASE_DIR / "static"]
 MEDIA_ROOT = Path(env("CAIRN_MEDIA_ROOT", str(CAIRN_HOME / "media")))
 STORAGES = {

@@ -21,3 +21,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # A file, not :memory:, so threads and worker processes share the test database.
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"]["TEST"] = {"NAME": str(CAIRN_HOME / "test.sqlite3")}
+else:
+    # One test database per test process, so two suites on one server never collide.
+    # Worker processes started by tests read the name from connection.settings_dict.
+    DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
