@@ -55,7 +55,12 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture
 def page(browser) -> Iterator[object]:  # noqa: ANN001
-    """A fresh browser context (own cookies) at 1280×900; fails the test on a console error."""
+    """A fresh browser context (own cookies) at 1280×900.
+
+    Fails the test on a browser console error (a CSP violation, a script error, a missing
+    asset) or a server error; ``page.console_errors`` lets a test expect one on purpose
+    (clear it before the test ends).
+    """
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(10_000)
     page = context.new_page()
@@ -63,6 +68,15 @@ def page(browser) -> Iterator[object]:  # noqa: ANN001
     # A CSP violation or a script error shows up here: the console must have none.
     page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on(
+        "response",
+        lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 500 else None,
+    )
+    # An htmx poll cut short by a navigation is aborted on purpose; anything else is not.
+    page.on(
+        "requestfailed",
+        lambda r: None if "ABORTED" in (r.failure or "") else errors.append(f"failed {r.url}"),
+    )
     page.console_errors = errors
     yield page
     context.close()
