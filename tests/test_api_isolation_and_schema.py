@@ -21,12 +21,18 @@ def endpoints(run, artifact) -> list[tuple[str, str, dict | None]]:  # noqa: ANN
     return [
         ("get", f"/api/v1/runs/{run.id}", None),
         ("get", f"/api/v1/runs/{run.id}/checkpoints", None),
-        ("post", f"/api/v1/runs/{run.id}/checkpoints",
-         {"expected_version": 1, "state": "draft_answer", "envelope": {}}),
+        (
+            "post",
+            f"/api/v1/runs/{run.id}/checkpoints",
+            {"expected_version": 1, "state": "draft_answer", "envelope": {}},
+        ),
         ("get", f"/api/v1/runs/{run.id}/checkpoints/1", None),
         ("get", f"/api/v1/runs/{run.id}/verify", None),
-        ("post", f"/api/v1/runs/{run.id}/lease",
-         {"owner": "w", "ttl_seconds": 10, "expected_version": 1}),
+        (
+            "post",
+            f"/api/v1/runs/{run.id}/lease",
+            {"owner": "w", "ttl_seconds": 10, "expected_version": 1},
+        ),
         ("delete", f"/api/v1/runs/{run.id}/lease?owner=w", None),
         ("get", f"/api/v1/artifacts/{artifact.id}", None),
         ("get", f"/api/v1/artifacts/{artifact.id}/content", None),
@@ -37,7 +43,9 @@ def test_another_tenants_rows_are_404_on_every_endpoint(acme_rows, api_as, charl
     run, artifact = acme_rows
     api = api_as(charlie, globex)
     for method, url, body in endpoints(run, artifact):
-        response = getattr(api, method)(url, body, format="json") if body else getattr(api, method)(url)
+        response = (
+            getattr(api, method)(url, body, format="json") if body else getattr(api, method)(url)
+        )
         assert response.status_code == 404, (method, url, response.status_code)
         assert response.json()["code"] == "not_found"
     assert api.get("/api/v1/runs").json()["results"] == []
@@ -48,12 +56,16 @@ def test_a_reviewer_may_not_operate_runs(acme_rows, api_as, carol, acme):
     run, artifact = acme_rows
     api = api_as(carol, acme)
     for method, url, body in endpoints(run, artifact):
-        response = getattr(api, method)(url, body, format="json") if body else getattr(api, method)(url)
+        response = (
+            getattr(api, method)(url, body, format="json") if body else getattr(api, method)(url)
+        )
         assert response.status_code == 403, (method, url)
         assert response.json()["code"] == "permission_denied"
 
 
-def test_the_same_user_sees_each_tenant_only_through_its_own_token(acme_rows, api_as, alice, globex):
+def test_the_same_user_sees_each_tenant_only_through_its_own_token(
+    acme_rows, api_as, alice, globex
+):
     from tenants.services import Actor, member_set_role
 
     run, _ = acme_rows

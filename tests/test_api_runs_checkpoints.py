@@ -18,8 +18,12 @@ def api(api_as, bob, acme, workflow):  # noqa: ANN001
 def start(api) -> dict:  # noqa: ANN001
     response = api.post(
         "/api/v1/runs",
-        {"workflow_type": "research", "inputs": {"question": "why?"}, "execution": "external",
-         "budget": {"max_attempts": 3}},
+        {
+            "workflow_type": "research",
+            "inputs": {"question": "why?"},
+            "execution": "external",
+            "budget": {"max_attempts": 3},
+        },
         format="json",
     )
     assert response.status_code == 201, response.content
@@ -27,20 +31,43 @@ def start(api) -> dict:  # noqa: ANN001
 
 
 def commit(api, run_id, **body):  # noqa: ANN001, ANN003, ANN201
-    payload = {"expected_version": 1, "state": "draft_answer", "step": "draft_answer", "envelope": {}}
+    payload = {
+        "expected_version": 1,
+        "state": "draft_answer",
+        "step": "draft_answer",
+        "envelope": {},
+    }
     payload.update(body)
     return api.post(f"/api/v1/runs/{run_id}/checkpoints", payload, format="json")
 
 
 def test_a_new_run_has_every_documented_field(api):
     run = start(api)
-    for field in ["id", "workflow_type", "workflow_version", "state", "step", "status", "version",
-                  "checkpoint_sequence", "restore_count", "budget_remaining", "lease_owner",
-                  "lease_expires_at", "forked_from_run", "forked_from_checkpoint", "created_at",
-                  "updated_at"]:
+    for field in [
+        "id",
+        "workflow_type",
+        "workflow_version",
+        "state",
+        "step",
+        "status",
+        "version",
+        "checkpoint_sequence",
+        "restore_count",
+        "budget_remaining",
+        "lease_owner",
+        "lease_expires_at",
+        "forked_from_run",
+        "forked_from_checkpoint",
+        "created_at",
+        "updated_at",
+    ]:
         assert field in run
     assert (run["state"], run["status"], run["version"], run["checkpoint_sequence"]) == (
-        "collect_sources", "running", 1, 1)
+        "collect_sources",
+        "running",
+        1,
+        1,
+    )
     assert run["budget_remaining"]["attempts"] == 3
 
 
@@ -77,9 +104,20 @@ def test_it_answers_409_for_a_stale_expected_version(api):
         ({"expected_version": "three"}, 400, "invalid_request"),
         ({"envelope": []}, 400, "invalid_request"),
         ({"unexpected": 1}, 400, "invalid_request"),
-        ({"envelope": {"evidence": {"artifacts": [
-            {"id": "6f1c1a52-8a4b-4e43-9d5a-6d1c3c6c8d11", "sha256": "a" * 64}],
-            "validators": []}}}, 422, "artifact_hash_mismatch"),
+        (
+            {
+                "envelope": {
+                    "evidence": {
+                        "artifacts": [
+                            {"id": "6f1c1a52-8a4b-4e43-9d5a-6d1c3c6c8d11", "sha256": "a" * 64}
+                        ],
+                        "validators": [],
+                    }
+                }
+            },
+            422,
+            "artifact_hash_mismatch",
+        ),
     ],
 )
 def test_it_refuses_bad_commits_with_the_documented_code(api, body, status, code):
@@ -98,7 +136,8 @@ def test_it_refuses_a_missing_field_and_malformed_json(api):
     assert missing.status_code == 400
     assert set(missing.json()["fields"]) >= {"expected_version", "envelope"}
     broken = api.post(
-        f"/api/v1/runs/{run['id']}/checkpoints", data=b'{"expected_version": 1,',
+        f"/api/v1/runs/{run['id']}/checkpoints",
+        data=b'{"expected_version": 1,',
         content_type="application/json",
     )
     assert broken.status_code == 400
@@ -131,8 +170,14 @@ def test_it_refuses_a_checkpoint_on_a_finished_run(api):
     run = start(api)
     commit(api, run["id"])
     commit(api, run["id"], expected_version=2, state="review")
-    commit(api, run["id"], expected_version=3, state="rejected", status="failed",
-           status_reason="the reviewer said no")
+    commit(
+        api,
+        run["id"],
+        expected_version=3,
+        state="rejected",
+        status="failed",
+        status_reason="the reviewer said no",
+    )
     response = commit(api, run["id"], expected_version=4, state="rejected")
     assert response.status_code == 409
     assert response.json()["code"] == "run_not_active"
@@ -161,8 +206,16 @@ def test_the_envelope_of_a_checkpoint_is_readable_and_the_read_is_audited(api, a
     assert response.status_code == 200
     envelope = response.json()["envelope"]
     assert envelope["inputs"]["values"] == {"question": "why?"}
-    assert set(envelope) >= {"identity", "position", "inputs", "evidence", "side_effects",
-                             "budgets", "control", "compatibility"}
+    assert set(envelope) >= {
+        "identity",
+        "position",
+        "inputs",
+        "evidence",
+        "side_effects",
+        "budgets",
+        "control",
+        "compatibility",
+    }
     assert AuditEvent.objects.filter(tenant=acme, action="checkpoint.read").count() == 1
     assert api.get(f"/api/v1/runs/{run['id']}/checkpoints/9").status_code == 404
 

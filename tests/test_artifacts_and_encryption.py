@@ -67,8 +67,12 @@ def test_the_stored_file_does_not_contain_the_plaintext(acme):
 
 def test_the_envelope_column_does_not_contain_the_plaintext(run, bob):
     checkpoint_commit(
-        tenant=run.tenant, run_id=run.id, expected_version=1, state="draft_answer",
-        envelope={"inputs": {"note": MARKER}}, actor=Actor(user=bob),
+        tenant=run.tenant,
+        run_id=run.id,
+        expected_version=1,
+        state="draft_answer",
+        envelope={"inputs": {"note": MARKER}},
+        actor=Actor(user=bob),
     )
     with connection.cursor() as cursor:
         cursor.execute("SELECT envelope_sealed FROM checkpoints_checkpoint")
@@ -81,8 +85,12 @@ def test_the_envelope_column_does_not_contain_the_plaintext(run, bob):
 
 def test_a_ciphertext_moved_to_another_row_fails_to_decrypt(run, bob, globex):
     checkpoint_commit(
-        tenant=run.tenant, run_id=run.id, expected_version=1, state="draft_answer",
-        envelope={"inputs": {"note": MARKER}}, actor=Actor(user=bob),
+        tenant=run.tenant,
+        run_id=run.id,
+        expected_version=1,
+        state="draft_answer",
+        envelope={"inputs": {"note": MARKER}},
+        actor=Actor(user=bob),
     )
     first, second = Checkpoint.objects.filter(run=run).order_by("sequence")
     # Copy the second row's ciphertext into the first row (as a database intruder would).
@@ -113,7 +121,9 @@ def test_a_missing_key_is_named_in_the_error(acme, settings):
     with default_storage.open(artifact.storage_name, "rb") as handle:
         sealed = handle.read().decode()
     with pytest.raises(crypto.MissingKeyError) as caught:
-        crypto.unseal(sealed, tenant_id=acme.id, table="artifact", row_id=artifact.id, field="content")
+        crypto.unseal(
+            sealed, tenant_id=acme.id, table="artifact", row_id=artifact.id, field="content"
+        )
     assert old_id in str(caught.value)
 
 
@@ -129,9 +139,16 @@ def test_a_missing_key_is_a_clear_api_error_not_a_500(api, acme, settings):
 def test_rotation_reencrypts_everything_and_keeps_it_readable(run, bob, acme, settings, capsys):
     artifact, _ = artifact_store(tenant=acme, data=MARKER.encode(), media_type="text/plain")
     checkpoint_commit(
-        tenant=run.tenant, run_id=run.id, expected_version=1, state="draft_answer",
-        envelope={"evidence": {"artifacts": [{"id": str(artifact.id), "sha256": artifact.sha256}],
-                               "validators": []}},
+        tenant=run.tenant,
+        run_id=run.id,
+        expected_version=1,
+        state="draft_answer",
+        envelope={
+            "evidence": {
+                "artifacts": [{"id": str(artifact.id), "sha256": artifact.sha256}],
+                "validators": [],
+            }
+        },
         actor=Actor(user=bob),
     )
     old_spec = settings.CAIRN_ENCRYPTION_KEYS

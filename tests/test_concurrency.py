@@ -46,7 +46,9 @@ def race(work) -> list:  # noqa: ANN001
 
 def assert_one_successor(run: Run) -> None:
     run.refresh_from_db()
-    sequences = list(Checkpoint.objects.filter(run=run).order_by("sequence").values_list("sequence", flat=True))
+    sequences = list(
+        Checkpoint.objects.filter(run=run).order_by("sequence").values_list("sequence", flat=True)
+    )
     assert sequences == [1, 2], "the history has a gap or a fork"
     assert (run.version, run.checkpoint_sequence) == (2, 2)
     assert run_verify(tenant=run.tenant, run_id=run.id)["ok"]
@@ -57,8 +59,12 @@ def test_exactly_one_of_twenty_concurrent_commits_wins(run, bob):
 
     def work(index: int) -> int:
         return checkpoint_commit(
-            tenant=run.tenant, run_id=run.id, expected_version=1, state="draft_answer",
-            step=f"writer-{index}", envelope={"control": {"reason": f"writer {index}"}},
+            tenant=run.tenant,
+            run_id=run.id,
+            expected_version=1,
+            state="draft_answer",
+            step=f"writer-{index}",
+            envelope={"control": {"reason": f"writer {index}"}},
             actor=Actor(user=bob),
         ).sequence
 

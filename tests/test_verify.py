@@ -24,11 +24,18 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def history(run, bob, acme):  # noqa: ANN001
     artifact, _ = artifact_store(tenant=acme, data=b"the draft", media_type="text/plain")
-    evidence = {"artifacts": [{"id": str(artifact.id), "sha256": artifact.sha256}], "validators": []}
+    evidence = {
+        "artifacts": [{"id": str(artifact.id), "sha256": artifact.sha256}],
+        "validators": [],
+    }
     for version, state in enumerate(["draft_answer", "review"], start=1):
         checkpoint_commit(
-            tenant=acme, run_id=run.id, expected_version=version, state=state,
-            envelope={"evidence": evidence}, actor=Actor(user=bob),
+            tenant=acme,
+            run_id=run.id,
+            expected_version=version,
+            state=state,
+            envelope={"evidence": evidence},
+            actor=Actor(user=bob),
         )
     return run, artifact
 
@@ -53,7 +60,9 @@ def test_an_envelope_rewritten_with_a_valid_key_is_reported(history, acme):
     target = Checkpoint.objects.get(run=run, sequence=2)
     envelope = checkpoint_envelope(target)
     envelope["inputs"]["values"]["question"] = "something else"
-    write_sealed(target, envelope_seal(tenant_id=acme.id, checkpoint_id=target.id, envelope=envelope))
+    write_sealed(
+        target, envelope_seal(tenant_id=acme.id, checkpoint_id=target.id, envelope=envelope)
+    )
     result = run_verify(tenant=acme, run_id=run.id)
     assert result["ok"] is False
     assert any("checkpoint 2" in p and "tampered" in p for p in result["problems"])
@@ -70,8 +79,9 @@ def test_damaged_ciphertext_is_reported(history, acme):
 
 def test_a_tampered_artifact_is_reported(history, acme):
     run, artifact = history
-    forged = crypto.seal(b"another draft", tenant_id=acme.id, table="artifact",
-                         row_id=artifact.id, field="content")
+    forged = crypto.seal(
+        b"another draft", tenant_id=acme.id, table="artifact", row_id=artifact.id, field="content"
+    )
     default_storage.delete(artifact.storage_name)
     default_storage.save(artifact.storage_name, ContentFile(forged.encode()))
     result = run_verify(tenant=acme, run_id=run.id)
