@@ -168,6 +168,8 @@ CAIRN_LEASE_SECONDS = env_int("CAIRN_LEASE_SECONDS", 60)
 CAIRN_OUTBOX_CLAIM_SECONDS = env_int("CAIRN_OUTBOX_CLAIM_SECONDS", 30)
 CAIRN_DISPATCH_ON_COMMIT = env_bool("CAIRN_DISPATCH_ON_COMMIT", True)
 CAIRN_STALLED_OPERATION_SECONDS = env_int("CAIRN_STALLED_OPERATION_SECONDS", 600)
+# How long an approval request stays open when its creator names no expiry.
+CAIRN_APPROVAL_TTL_SECONDS = env_int("CAIRN_APPROVAL_TTL_SECONDS", 24 * 3600)
 CAIRN_MODEL_CLIENT = env("CAIRN_MODEL_CLIENT", "local")
 CAIRN_MODEL_BASE_URL = env("CAIRN_MODEL_BASE_URL")
 CAIRN_MODEL_NAME = env("CAIRN_MODEL_NAME", "gpt-4o-mini")
@@ -200,6 +202,7 @@ CELERY_TASK_ALWAYS_EAGER = False
 CELERY_BEAT_SCHEDULE = {
     "outbox-sweep": {"task": "checkpoints.outbox_sweep", "schedule": 5.0},
     "runs-rescue": {"task": "checkpoints.runs_rescue", "schedule": 15.0},
+    "approvals-expire": {"task": "approvals.expire_due", "schedule": 30.0},
 }
 
 # --- REST framework ---------------------------------------------------------------------
