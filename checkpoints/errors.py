@@ -124,3 +124,9 @@ class ApprovalClosed(CairnError):
     """The request was already decided (by others) or used; it takes no more decisions."""
 
     code, status = "approval_closed", 409
+
+
+class ReviewNotAllowed(CairnError):
+    """The caller holds no review role in the tenant (the services check it, not only views)."""
+
+    code, status = "permission_denied", 403
