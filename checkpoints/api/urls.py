@@ -1,7 +1,8 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from checkpoints.api import views
+from checkpoints.api import actions, views
+from checkpoints.api import operations as operations_api
 
 urlpatterns = [
     path(
@@ -25,6 +26,45 @@ urlpatterns = [
     ),
     path("runs/<uuid:run_id>/verify", views.RunVerifyView.as_view(), name="run-verify"),
     path("runs/<uuid:run_id>/lease", views.LeaseView.as_view(), name="run-lease"),
+    path(
+        "runs/<uuid:run_id>/operations",
+        operations_api.OperationListView.as_view(),
+        name="run-operations",
+    ),
+    path(
+        "runs/<uuid:run_id>/operations/<str:key>",
+        operations_api.OperationDetailView.as_view(),
+        name="run-operation",
+    ),
+    path(
+        "runs/<uuid:run_id>/operations/<str:key>/confirm",
+        operations_api.OperationConfirmView.as_view(),
+        name="run-operation-confirm",
+    ),
+    path(
+        "runs/<uuid:run_id>/operations/<str:key>/fail",
+        operations_api.OperationFailView.as_view(),
+        name="run-operation-fail",
+    ),
+    path(
+        "runs/<uuid:run_id>/operations/<str:key>/unknown",
+        operations_api.OperationUnknownView.as_view(),
+        name="run-operation-unknown",
+    ),
+    path("runs/<uuid:run_id>/actions/resume", actions.ResumeView.as_view(), name="run-resume"),
+    path("runs/<uuid:run_id>/actions/cancel", actions.CancelView.as_view(), name="run-cancel"),
+    path("runs/<uuid:run_id>/actions/retry", actions.RetryView.as_view(), name="run-retry"),
+    path("runs/<uuid:run_id>/actions/fork", actions.ForkView.as_view(), name="run-fork"),
+    path(
+        "runs/<uuid:run_id>/actions/fork/preview",
+        actions.ForkPreviewView.as_view(),
+        name="run-fork-preview",
+    ),
+    path(
+        "runs/<uuid:run_id>/actions/grant_budget",
+        actions.GrantBudgetView.as_view(),
+        name="run-grant-budget",
+    ),
     path("artifacts", views.ArtifactCreateView.as_view(), name="artifacts"),
     path("artifacts/<uuid:artifact_id>", views.ArtifactDetailView.as_view(), name="artifact"),
     path(

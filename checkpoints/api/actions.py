@@ -1,0 +1,193 @@
+"""API v1 operator actions: POST /api/v1/runs/{id}/actions/<action>. Parse, call the
+service, render the run. The services decide and record; see checkpoints.services.actions."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from checkpoints.api.serializers import RunSerializer, StrictSerializer
+from checkpoints.api.views import CairnAPIView, _errors
+from checkpoints.services.actions import (
+    MAX_REASON,
+    run_cancel,
+    run_grant_budget,
+    run_resume,
+    run_retry,
+)
+from checkpoints.services.forks import run_fork, run_fork_preview
+from tenants import roles
+
+
+def _reason(required: bool = True) -> serializers.CharField:
+    return serializers.CharField(
+        max_length=MAX_REASON,
+        required=required,
+        allow_blank=not required,
+        default="" if not required else serializers.empty,
+        help_text="Why: recorded with the action in the audit trail.",
+    )
+
+
+def _expected_version(required: bool = False) -> serializers.IntegerField:
+    return serializers.IntegerField(
+        min_value=1,
+        required=required,
+        help_text="The run version the caller decided on; a stale one is refused with 409.",
+    )
+
+
+class ResumeInSerializer(StrictSerializer):
+    expected_version = _expected_version(required=True)
+    reason = _reason(required=False)
+
+
+class CancelInSerializer(StrictSerializer):
+    reason = _reason()
+    expected_version = _expected_version()
+
+
+class RetryInSerializer(StrictSerializer):
+    step = serializers.CharField(max_length=100, help_text="A step name (or its state).")
+    reason = _reason()
+    expected_version = _expected_version()
+
+
+class ForkInSerializer(StrictSerializer):
+    from_sequence = serializers.IntegerField(min_value=1)
+    inputs_patch = serializers.DictField(
+        required=False, help_text="A JSON Merge Patch (RFC 7396) applied to the run's inputs."
+    )
+    reason = _reason()
+    expected_version = _expected_version()
+
+
+class GrantBudgetInSerializer(StrictSerializer):
+    attempts = serializers.IntegerField(min_value=1, required=False)
+    tokens = serializers.IntegerField(min_value=1, required=False)
+    cost = serializers.FloatField(min_value=0, required=False)
+    deadline = serializers.DateTimeField(
+        required=False, help_text="A later deadline (RFC 3339) replacing the current one."
+    )
+    reason = _reason()
+    expected_version = _expected_version()
+
+
+class ForkWarningSerializer(serializers.Serializer):
+    idempotency_key = serializers.CharField()
+    action = serializers.CharField()
+    target = serializers.CharField()
+    status = serializers.CharField()
+    provider_operation_id = serializers.CharField(allow_null=True)
+    detail = serializers.CharField()
+
+
+class ForkResultSerializer(RunSerializer):
+    warnings = serializers.SerializerMethodField()
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "warnings"]
+
+    @extend_schema_field(ForkWarningSerializer(many=True))
+    def get_warnings(self, run: object) -> list[dict]:
+        return self.context.get("warnings", [])
+
+
+class ForkPreviewSerializer(serializers.Serializer):
+    from_sequence = serializers.IntegerField()
+    warnings = ForkWarningSerializer(many=True)
+
+
+class ActionView(CairnAPIView):
+    required_permission = roles.OPERATE
+
+
+class ResumeView(ActionView):
+    @extend_schema(
+        request=ResumeInSerializer,
+        responses={200: RunSerializer, **_errors(400, 403, 404, 409)},
+        summary="Resume a paused, waiting or failed run from its latest checkpoint",
+        tags=["operator actions"],
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        data = self.parsed(ResumeInSerializer)
+        run = run_resume(tenant=self.tenant, run_id=run_id, actor=self.actor, **data)
+        return Response(RunSerializer(run).data)
+
+
+class CancelView(ActionView):
+    @extend_schema(
+        request=CancelInSerializer,
+        responses={200: RunSerializer, **_errors(400, 403, 404, 409)},
+        summary="Cancel a run (cancelling until its open operations are settled)",
+        tags=["operator actions"],
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        data = self.parsed(CancelInSerializer)
+        run = run_cancel(tenant=self.tenant, run_id=run_id, actor=self.actor, **data)
+        return Response(RunSerializer(run).data)
+
+
+class RetryView(ActionView):
+    @extend_schema(
+        request=RetryInSerializer,
+        responses={200: RunSerializer, **_errors(400, 403, 404, 409, 422)},
+        summary="Retry a named step of the workflow",
+        tags=["operator actions"],
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        data = self.parsed(RetryInSerializer)
+        run = run_retry(tenant=self.tenant, run_id=run_id, actor=self.actor, **data)
+        return Response(RunSerializer(run).data)
+
+
+class ForkView(ActionView):
+    @extend_schema(
+        request=ForkInSerializer,
+        responses={201: ForkResultSerializer, **_errors(400, 403, 404, 409, 413, 422)},
+        summary="Fork a new run from a checkpoint (warnings name effects that may repeat)",
+        tags=["operator actions"],
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        data = self.parsed(ForkInSerializer)
+        result = run_fork(tenant=self.tenant, run_id=run_id, actor=self.actor, **data)
+        body = ForkResultSerializer(result.run, context={"warnings": result.warnings}).data
+        return Response(body, status=201)
+
+
+class ForkPreviewView(ActionView):
+    @extend_schema(
+        parameters=[OpenApiParameter("from_sequence", int, required=True)],
+        responses={200: ForkPreviewSerializer, **_errors(400, 403, 404, 422)},
+        summary="Which confirmed side effects a fork from this checkpoint may repeat",
+        tags=["operator actions"],
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        raw = request.query_params.get("from_sequence", "")
+        if not raw.isdigit() or int(raw) < 1:
+            return Response(
+                {
+                    "code": "invalid_request",
+                    "detail": "Name the checkpoint: ?from_sequence=N (a whole number from 1).",
+                    "fields": {"from_sequence": "required"},
+                },
+                status=400,
+            )
+        sequence = int(raw)
+        warnings = run_fork_preview(tenant=self.tenant, run_id=run_id, from_sequence=sequence)
+        return Response({"from_sequence": sequence, "warnings": warnings})
+
+
+class GrantBudgetView(ActionView):
+    @extend_schema(
+        request=GrantBudgetInSerializer,
+        responses={200: RunSerializer, **_errors(400, 403, 404, 409)},
+        summary="Grant a run more budget (the only way budget is added)",
+        tags=["operator actions"],
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        data = self.parsed(GrantBudgetInSerializer)
+        run = run_grant_budget(tenant=self.tenant, run_id=run_id, actor=self.actor, **data)
+        return Response(RunSerializer(run).data)
