@@ -228,7 +228,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
-    "POSTPROCESSING_HOOKS": ["checkpoints.api.schema.add_common_responses"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "checkpoints.api.schema.add_common_responses",
+    ],
 }
 
 # --- Security ------------------------------------------------------------------------------

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from drf_spectacular.hooks import postprocess_schema_enums
-
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
 COMMON = {
     "401": "No valid credentials: a bearer token or a signed-in session is required.",
@@ -13,7 +11,6 @@ COMMON = {
 
 def add_common_responses(result, generator, request, public):  # noqa: ANN001, ANN201
     """Every operation with security requirements may answer 401 and 403 (API.md)."""
-    result = postprocess_schema_enums(result, generator, request, public)
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas.setdefault(
         "Error",
