@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import pytest
 import schemathesis
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import status_code_conformance
 
-from django.core.signals import request_finished, request_started
-from django.db import close_old_connections
-
 from cairn.wsgi import application
 from tenants.services import Actor, token_issue
-
 
 # Loading the document needs no database: the schema view has no authentication.
 schema = schemathesis.openapi.from_wsgi("/api/v1/schema?format=json", application)

@@ -34,6 +34,9 @@ def add_common_responses(result, generator, request, public):  # noqa: ANN001, A
             for status, description in COMMON.items():
                 responses.setdefault(
                     status,
-                    {"description": description, "content": {"application/json": {"schema": ERROR_REF}}},
+                    {
+                        "description": description,
+                        "content": {"application/json": {"schema": ERROR_REF}},
+                    },
                 )
     return result

@@ -7,6 +7,7 @@ from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
@@ -60,6 +61,13 @@ class Pagination(CursorPagination):
     max_page_size = 500
     page_size_query_param = "limit"
     ordering = ("-created_at", "-id")
+
+    def decode_cursor(self, request: Request):  # noqa: ANN201
+        # A malformed cursor is bad input (400), not a missing resource (DRF says 404).
+        try:
+            return super().decode_cursor(request)
+        except NotFound:
+            raise ValidationError({"cursor": "Not a cursor this API issued; follow `next`."})
 
 
 class OldestFirst(Pagination):
