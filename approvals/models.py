@@ -1,0 +1,134 @@
+"""Hash-bound approvals: a request names exactly what is to be approved, a decision is final.
+
+A request binds the run, the run version and checkpoint at request time, the artifact id
+and sha256 under review and the action it would allow. It is valid only for that binding
+and before its expiry; the services enforce it (``approvals.services``).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from checkpoints.models import Artifact, Checkpoint, Run
+from tenants.models import Tenant
+
+
+class ApprovalStatus(models.TextChoices):
+    PENDING = "pending"  # waiting for decisions
+    APPROVED = "approved"  # enough approvals; waiting for the run to use it
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    SUPERSEDED = "superseded"  # a newer request (a new draft) replaced it
+    CONSUMED = "consumed"  # the run continued under it; it cannot be used again
+
+
+# A request in one of these statuses can still let the run continue.
+LIVE_STATUSES = (ApprovalStatus.PENDING, ApprovalStatus.APPROVED)
+
+
+class ApprovalRequest(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approval_requests")
+    run_version = models.PositiveBigIntegerField()
+    # Retention may delete old checkpoints; the sequence and hash keep the binding readable.
+    checkpoint = models.ForeignKey(
+        Checkpoint, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    checkpoint_sequence = models.PositiveBigIntegerField()
+    checkpoint_sha256 = models.CharField(max_length=64, blank=True)
+    artifact = models.ForeignKey(Artifact, on_delete=models.PROTECT, related_name="+")
+    artifact_sha256 = models.CharField(max_length=64)
+    action = models.CharField(max_length=100)
+    requester = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="approval_requests",
+    )
+    requester_label = models.CharField(max_length=200)  # username, or a worker's name
+    required_approvals = models.PositiveSmallIntegerField(default=1)
+    status = models.CharField(
+        max_length=16, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING
+    )
+    status_reason = models.TextField(blank=True)
+    expires_at = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    consumed_at = models.DateTimeField(null=True, blank=True)
+    # The request this one replaced (an expired or superseded one), for the reviewer's diff.
+    previous = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["tenant", "status", "-created_at"]),
+            models.Index(fields=["run", "-created_at"]),
+            models.Index(fields=["status", "expires_at"]),
+        ]
+        constraints = [
+            # One live request per run and action: a new one supersedes the old in the
+            # same transaction, so two approvals can never race for one state.
+            models.UniqueConstraint(
+                fields=["run", "action"],
+                condition=Q(status__in=["pending", "approved"]),
+                name="approval_one_live_per_run_action",
+            ),
+            models.CheckConstraint(
+                condition=Q(required_approvals__gte=1), name="approval_requires_one_or_more"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"approval {self.id} ({self.action} {self.artifact_sha256[:12]}, {self.status})"
+
+
+class DecisionKind(models.TextChoices):
+    APPROVE = "approve"
+    REJECT = "reject"
+
+
+class ImmutableDecision(Exception):
+    pass
+
+
+class ApprovalDecision(models.Model):
+    """One reviewer's final word on one request. Never updated, never deleted."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="decisions")
+    approver = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approval_decisions"
+    )
+    decision = models.CharField(max_length=8, choices=DecisionKind.choices)
+    artifact_sha256 = models.CharField(max_length=64)  # the hash the reviewer was shown
+    comment = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["request", "approver"], name="approval_one_decision_per_reviewer"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.decision} by {self.approver_id} on {self.request_id}"
+
+    def save(self, *args, **kwargs):  # noqa: ANN002, ANN003
+        if not self._state.adding:
+            raise ImmutableDecision("approval decisions are immutable")
+        kwargs["force_insert"] = True
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):  # noqa: ANN002, ANN003
+        raise ImmutableDecision("approval decisions are never deleted")

@@ -1,0 +1,153 @@
+"""Shared by the approval services: locks, the one place a request row is inserted."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from approvals import signals
+from approvals.models import LIVE_STATUSES, ApprovalRequest, ApprovalStatus
+from checkpoints.errors import NotFound
+from checkpoints.models import ACTIVE_STATUSES, Artifact, Checkpoint, Run, RunStatus
+from tenants import roles
+from tenants.models import Tenant
+from tenants.services import Actor, audit_record, permissions_of
+
+log = logging.getLogger("cairn.approvals")
+
+
+MAX_REQUIRED_APPROVALS = 20
+MAX_COMMENT = 4000
+RUN_OPEN_STATUSES = ACTIVE_STATUSES - {RunStatus.CANCELLING}
+
+
+def default_expiry(now: datetime) -> datetime:
+    return now + timedelta(seconds=settings.CAIRN_APPROVAL_TTL_SECONDS)
+
+
+def send_after_commit(signal: object, **kwargs: object) -> None:
+    def send() -> None:
+        for receiver, result in signal.send_robust(sender=ApprovalRequest, **kwargs):
+            if isinstance(result, Exception):
+                log.error(
+                    "approval notification receiver failed",
+                    extra={"receiver": repr(receiver), "error": repr(result)},
+                )
+
+    transaction.on_commit(send)
+
+
+def lock_run(*, tenant: Tenant, run_id: UUID | str) -> Run:
+    try:
+        return (
+            Run.objects.select_for_update().select_related("workflow").get(tenant=tenant, pk=run_id)
+        )
+    except (Run.DoesNotExist, ValueError):
+        raise NotFound("No such run.")
+
+
+def request_insert(
+    *,
+    run: Run,
+    artifact: Artifact,
+    action: str,
+    expires_at: datetime,
+    required_approvals: int,
+    requester: AbstractBaseUser | None,
+    requester_label: str,
+    actor: Actor,
+) -> ApprovalRequest:
+    """Supersede the run's live request for ``action`` and insert a new one bound to the
+    run's current version and checkpoint. Call inside a transaction holding the run lock."""
+    now = timezone.now()
+    previous = ApprovalRequest.objects.filter(run=run).order_by("-created_at", "-pk").first()
+    live = list(ApprovalRequest.objects.filter(run=run, action=action, status__in=LIVE_STATUSES))
+    for old in live:
+        ApprovalRequest.objects.filter(pk=old.pk).update(
+            status=ApprovalStatus.SUPERSEDED,
+            status_reason=(
+                f"Replaced by a new request for artifact {artifact.sha256[:12]} "
+                f"at run version {run.version}."
+            ),
+        )
+        audit_record(
+            tenant=run.tenant,
+            actor=actor,
+            action="approval.superseded",
+            run_id=run.id,
+            target=str(old.pk),
+            details={"artifact_sha256": old.artifact_sha256, "run_version": old.run_version},
+        )
+    request = ApprovalRequest.objects.create(
+        tenant_id=run.tenant_id,
+        run=run,
+        run_version=run.version,
+        checkpoint_id=run.latest_checkpoint_id,
+        checkpoint_sequence=run.checkpoint_sequence,
+        checkpoint_sha256=run.latest_checkpoint_sha256,
+        artifact=artifact,
+        artifact_sha256=artifact.sha256,
+        action=action,
+        requester=requester if requester is not None and requester.pk else None,
+        requester_label=requester_label[:200] or "system",
+        required_approvals=required_approvals,
+        expires_at=expires_at,
+        previous=previous,
+    )
+    audit_record(
+        tenant=run.tenant,
+        actor=actor,
+        action="approval.requested",
+        run_id=run.id,
+        target=str(request.pk),
+        details={
+            "action": action,
+            "artifact_id": str(artifact.pk),
+            "artifact_sha256": artifact.sha256,
+            "run_version": run.version,
+            "expires_at": expires_at.isoformat(),
+            "required_approvals": required_approvals,
+            "supersedes": [str(old.pk) for old in live],
+        },
+    )
+    log.info(
+        "approval requested",
+        extra={"run": str(run.id), "request": str(request.pk), "action": action, "at": str(now)},
+    )
+    send_after_commit(signals.approval_requested, request=request)
+    return request
+
+
+def uuid_or_none(value: object) -> UUID | None:
+    try:
+        return value if isinstance(value, UUID) else UUID(str(value))
+    except ValueError:
+        return None
+
+
+def run_starter(run: Run) -> AbstractBaseUser | None:
+    """The member who started the run (its genesis checkpoint's actor), if a person did.
+
+    Requests a workflow raises on its own are attributed to them, so the person who asked
+    for the work cannot approve its publication.
+    """
+    name = (
+        Checkpoint.objects.filter(run_id=run.pk, sequence=1).values_list("actor", flat=True).first()
+    )
+    if not name:
+        return None
+    user = get_user_model().objects.filter(username=name).first()
+    if user is None or not permissions_of(user=user, tenant=run.tenant):
+        return None
+    return user
+
+
+def may_review(*, user: AbstractBaseUser, tenant: Tenant) -> bool:
+    return roles.REVIEW in permissions_of(user=user, tenant=tenant)

@@ -1,0 +1,317 @@
+"""Deciding: one reviewer, one final approve or reject of exactly the artifact shown."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from approvals import signals
+from approvals.models import (
+    LIVE_STATUSES,
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalStatus,
+    DecisionKind,
+)
+from approvals.services._common import MAX_COMMENT, RUN_OPEN_STATUSES, may_review, send_after_commit
+from approvals.services.expiry import expire_request
+from checkpoints.errors import (
+    AlreadyDecided,
+    ApprovalClosed,
+    ApprovalExpired,
+    ApprovalHashMismatch,
+    ApprovalStale,
+    CairnError,
+    InvalidRequest,
+    NotFound,
+    ReviewNotAllowed,
+    SelfApprovalForbidden,
+)
+from checkpoints.models import Execution, Run, RunStatus
+from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.outbox import outbox_enqueue
+from tenants.models import Tenant
+from tenants.services import Actor, audit_record
+
+
+def _refused(request: ApprovalRequest, actor: Actor, error: CairnError, decision: str) -> None:
+    with transaction.atomic():
+        audit_record(
+            tenant=request.tenant,
+            actor=actor,
+            action="approval.decision_refused",
+            run_id=request.run_id,
+            target=str(request.pk),
+            reason=error.detail,
+            details={"code": error.code, "decision": decision},
+        )
+
+
+def approval_decide(
+    *,
+    tenant: Tenant,
+    request_id: UUID | str,
+    decision: str,
+    artifact_sha256: str,
+    actor: Actor,
+    comment: str = "",
+) -> ApprovalDecision:
+    """Record one reviewer's approve or reject of exactly the artifact they were shown.
+
+    Atomic: the decision, the request's new status, the audit event and the run's next
+    command are written together. An approval that completes the request enqueues the run's
+    resume through the outbox (expected version = the bound version). A reject of a worker
+    run enqueues its resume too, and the workflow's approval gate moves it where the workflow
+    says (default: failed, with the comment as reason); an externally driven run is failed
+    right here, with the comment as reason.
+
+    Checked in this order; each refusal is audited and leaves the request as it was, except
+    that an expired request is marked expired (and a fresh one raised): InvalidRequest (no
+    user, bad decision), ReviewNotAllowed (no review role), NotFound (another tenant's
+    request too), ApprovalExpired, ApprovalHashMismatch (409), ApprovalStale (the run moved
+    past the bound version, or a newer request replaced this one), SelfApprovalForbidden,
+    AlreadyDecided, ApprovalClosed (decided by others or used).
+    """
+    if decision not in DecisionKind.values:
+        raise InvalidRequest(
+            "decision must be 'approve' or 'reject'.", fields={"decision": "approve or reject"}
+        )
+    comment = (comment or "").strip()
+    if len(comment) > MAX_COMMENT:
+        raise InvalidRequest(
+            f"The comment is longer than {MAX_COMMENT} characters.", fields={"comment": "too long"}
+        )
+    user = actor.user
+    if user is None or not user.is_authenticated:
+        raise InvalidRequest("Only a signed-in reviewer can decide.")
+    if not may_review(user=user, tenant=tenant):
+        raise ReviewNotAllowed("Your role in this tenant does not allow deciding approvals.")
+    try:
+        return _decide(
+            tenant=tenant,
+            request_id=request_id,
+            decision=decision,
+            artifact_sha256=artifact_sha256,
+            actor=actor,
+            comment=comment,
+        )
+    except _Refusal as refusal:
+        _refused(refusal.request, actor, refusal.error, decision)
+        raise refusal.error
+
+
+class _Refusal(Exception):
+    def __init__(self, request: ApprovalRequest, error: CairnError):
+        self.request, self.error = request, error
+
+
+def _decide(
+    *,
+    tenant: Tenant,
+    request_id: UUID | str,
+    decision: str,
+    artifact_sha256: str,
+    actor: Actor,
+    comment: str,
+) -> ApprovalDecision:
+    user = actor.user
+    expired: ApprovalRequest | None = None
+    with transaction.atomic():
+        request = _lock_request(tenant=tenant, request_id=request_id)
+        now = timezone.now()
+        if request.status == ApprovalStatus.EXPIRED or (
+            request.status in LIVE_STATUSES and request.expires_at <= now
+        ):
+            expire_request(request=request, actor=Actor.system("approval-expiry"))
+            expired = request
+        else:
+            _check_decidable(request=request, user=user, artifact_sha256=artifact_sha256)
+            row = _decision_insert(
+                request=request, user=user, decision=decision, sha=artifact_sha256, comment=comment
+            )
+            _apply(request=request, decision=row, actor=actor)
+            send_after_commit(signals.approval_decided, request=request, decision=row)
+            return row
+    # Outside the block so the expiry (and its fresh request) is committed, not rolled back.
+    raise _Refusal(
+        expired,
+        ApprovalExpired(
+            f"This approval request expired at {expired.expires_at.isoformat()}; "
+            "nothing was decided. A fresh request is raised while the run still waits."
+        ),
+    )
+
+
+def _lock_request(*, tenant: Tenant, request_id: UUID | str) -> ApprovalRequest:
+    try:
+        return (
+            ApprovalRequest.objects.select_for_update(of=("self",))
+            .select_related("run", "tenant", "artifact", "requester")
+            .get(tenant=tenant, pk=request_id)
+        )
+    except (ApprovalRequest.DoesNotExist, ValueError):
+        raise NotFound("No such approval request.")
+
+
+def _check_decidable(*, request: ApprovalRequest, user: AbstractBaseUser, artifact_sha256: str):  # noqa: ANN202
+    run = request.run
+    if artifact_sha256 != request.artifact_sha256:
+        raise _Refusal(
+            request,
+            ApprovalHashMismatch(
+                f"The artifact you were shown ({(artifact_sha256 or 'none')[:12]}…) is not the "
+                f"one under review ({request.artifact_sha256[:12]}…); nothing was decided. "
+                "Reload the request and review the current artifact.",
+                fields={"artifact_sha256": "is not the bound artifact's sha256"},
+            ),
+        )
+    if request.status == ApprovalStatus.SUPERSEDED:
+        raise _Refusal(
+            request,
+            ApprovalStale(
+                "A newer approval request replaced this one (the draft changed); "
+                "nothing was decided. Review the new request."
+            ),
+        )
+    if run.version != request.run_version or run.status not in RUN_OPEN_STATUSES:
+        raise _Refusal(
+            request,
+            ApprovalStale(
+                f"The run moved on since this request (version {request.run_version} → "
+                f"{run.version}, now {run.status}); nothing was decided."
+            ),
+        )
+    if request.requester_id is not None and request.requester_id == user.pk:
+        raise _Refusal(
+            request,
+            SelfApprovalForbidden(
+                "You asked for this approval, so someone else has to decide it; "
+                "nothing was decided."
+            ),
+        )
+    if request.decisions.filter(approver=user).exists():
+        raise _Refusal(
+            request,
+            AlreadyDecided(
+                "You already decided this request; decisions are final. Nothing was changed."
+            ),
+        )
+    if request.status != ApprovalStatus.PENDING:
+        raise _Refusal(
+            request,
+            ApprovalClosed(f"This request is already {request.status}; nothing was decided."),
+        )
+
+
+def _decision_insert(
+    *, request: ApprovalRequest, user: AbstractBaseUser, decision: str, sha: str, comment: str
+) -> ApprovalDecision:
+    try:
+        with transaction.atomic():
+            return ApprovalDecision.objects.create(
+                tenant_id=request.tenant_id,
+                request=request,
+                approver=user,
+                decision=decision,
+                artifact_sha256=sha,
+                comment=comment,
+            )
+    except IntegrityError:
+        # A second tab of the same reviewer won the race.
+        raise _Refusal(
+            request,
+            AlreadyDecided(
+                "You already decided this request; decisions are final. Nothing was changed."
+            ),
+        )
+
+
+def _apply(*, request: ApprovalRequest, decision: ApprovalDecision, actor: Actor) -> None:
+    """Move the request (and, when it is settled, the run) after one decision."""
+    run = request.run
+    now = timezone.now()
+    audit_record(
+        tenant=request.tenant,
+        actor=actor,
+        action="approval.decision",
+        run_id=run.id,
+        target=str(request.pk),
+        reason=decision.comment,
+        details={
+            "decision": decision.decision,
+            "artifact_sha256": decision.artifact_sha256,
+            "action": request.action,
+            "run_version": request.run_version,
+        },
+    )
+    if decision.decision == DecisionKind.REJECT:
+        reason = decision.comment or f"Rejected by {actor.name}."
+        _settle(request, ApprovalStatus.REJECTED, now, reason)
+        if run.execution == Execution.WORKER:
+            # The workflow code says where a rejection leads; the worker's approval gate
+            # reads this rejection and moves the run there (default: failed, this reason).
+            _enqueue_resume(run)
+        else:
+            _end_rejected_run(request=request, reason=reason, actor=actor)
+        return
+    approvals = request.decisions.filter(decision=DecisionKind.APPROVE).count()
+    if approvals < request.required_approvals:
+        return  # still pending: more reviewers must approve
+    _settle(request, ApprovalStatus.APPROVED, now, "")
+    if run.execution == Execution.WORKER:
+        _enqueue_resume(run)
+    else:
+        outbox_enqueue(
+            run=run,
+            kind="approval.decided",
+            payload={"request_id": str(request.pk), "status": request.status},
+        )
+
+
+def _enqueue_resume(run: Run) -> None:
+    """The run's next command, in the decision's transaction; a stale one is a no-op."""
+    outbox_enqueue(
+        run=run,
+        kind="run.resume",
+        payload={"run_id": str(run.id), "expected_version": run.version},
+    )
+
+
+def _settle(request: ApprovalRequest, status: str, now: datetime, reason: str) -> None:
+    ApprovalRequest.objects.filter(pk=request.pk).update(
+        status=status, decided_at=now, status_reason=reason
+    )
+    request.status, request.decided_at, request.status_reason = status, now, reason
+
+
+def _end_rejected_run(*, request: ApprovalRequest, reason: str, actor: Actor) -> None:
+    """A reject ends an externally driven run where it waits: failed, with the reviewer's
+    comment as reason (worker runs go where their workflow code says instead).
+
+    A human decision outranks the lease of whoever drives the run (the optimistic version
+    check still guards the race), so the commit names the current lease owner.
+    """
+    run = request.run
+    checkpoint_commit(
+        tenant=request.tenant,
+        run_id=run.id,
+        expected_version=run.version,
+        state=run.state,
+        step=run.step,
+        envelope={
+            "control": {
+                "approval_request_id": str(request.pk),
+                "actor": actor.name,
+                "reason": reason[:2000],
+            }
+        },
+        actor=actor,
+        status=RunStatus.FAILED,
+        status_reason=f"Approval of '{request.action}' rejected: {reason}"[:2000],
+        lease_owner=run.lease_owner or None,
+        is_evidence=True,
+    )

@@ -1,0 +1,12 @@
+from django.urls import path
+
+from approvals import views
+
+app_name = "approvals"
+
+urlpatterns = [
+    path("", views.inbox, name="inbox"),
+    path("<uuid:approval_id>/", views.review, name="review"),
+    path("<uuid:approval_id>/decision", views.decide, name="decide"),
+    path("<uuid:approval_id>/status", views.status, name="status"),
+]

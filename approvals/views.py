@@ -1,0 +1,200 @@
+"""Reviewer pages: the review queue and the review page. Thin: selectors, services, templates.
+
+The decision form is a plain POST (it works without JavaScript); htmx only refreshes the
+queue and the review page's status line. A refused decision re-renders the review page
+with the refusal and status 409, never a silent success.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from approvals.forms import DecisionForm
+from approvals.models import ApprovalRequest, ApprovalStatus
+from approvals.rendering import decode_text, diff_lines, render_artifact, time_left
+from approvals.selectors import previous_request, request_get, review_queue
+from approvals.services import approval_decide
+from checkpoints.errors import CairnError, IntegrityFailure, NotFound
+from checkpoints.models import RunStatus
+from checkpoints.services.artifacts import artifact_read
+from console.access import console_view
+from tenants import roles
+
+QUEUE_REFRESH_SECONDS = 15
+STATUS_REFRESH_SECONDS = 10
+QUEUE_LIMIT = 200
+
+
+def _get(request: HttpRequest, approval_id: object) -> ApprovalRequest:
+    try:
+        return request_get(tenant=request.console.tenant, request_id=approval_id)
+    except NotFound:
+        raise Http404("No such approval request.")
+
+
+def _run_url(run_id: object) -> str | None:
+    try:
+        return reverse("console:run_detail", args=[run_id])
+    except NoReverseMatch:
+        return None
+
+
+@require_GET
+@console_view(roles.REVIEW)
+def inbox(request: HttpRequest) -> HttpResponse:
+    now = timezone.now()
+    rows = list(review_queue(tenant=request.console.tenant, user=request.user)[:QUEUE_LIMIT])
+    for row in rows:
+        row.time_left = time_left((row.expires_at - now).total_seconds())
+    context = {"rows": rows, "refresh_seconds": QUEUE_REFRESH_SECONDS, "limit": QUEUE_LIMIT}
+    template = "approvals/inbox.html#queue" if request.htmx else "approvals/inbox.html"
+    return render(request, template, context)
+
+
+def _why_not(row: ApprovalRequest, user: object, expired: bool) -> str:
+    """Why this user cannot decide now ('' when they can)."""
+    if row.status != ApprovalStatus.PENDING:
+        return f"This request is {row.status}; it takes no more decisions."
+    if expired:
+        return "This request has expired; a fresh one is raised while the run still waits."
+    if row.run.version != row.run_version or row.run.status not in (
+        RunStatus.WAITING_APPROVAL,
+        RunStatus.RUNNING,
+    ):
+        return "The run moved on since this request was made; it can no longer be decided."
+    if row.requester_id is not None and row.requester_id == user.pk:
+        return "You asked for this approval, so someone else has to decide it."
+    if any(d.approver_id == user.pk for d in row.decisions.all()):
+        return "You already decided this request; decisions are final."
+    return ""
+
+
+def _content_context(request: HttpRequest, row: ApprovalRequest) -> dict[str, object]:
+    """The artifact as shown, the sha256 of exactly those bytes, and the diff."""
+    tenant, actor = request.console.tenant, request.console.actor
+    try:
+        artifact, data = artifact_read(tenant=tenant, artifact_id=row.artifact_id, actor=actor)
+    except IntegrityFailure as exc:
+        return {"content_error": exc.detail}
+    shown_sha = hashlib.sha256(data).hexdigest()
+    context: dict[str, object] = {
+        "rendered": render_artifact(data, artifact.media_type),
+        "shown_sha256": shown_sha,
+        "previous": None,
+        "diff": None,
+    }
+    previous = previous_request(row)
+    if previous is None:
+        return context
+    context["previous"] = previous
+    if previous.artifact_sha256 == shown_sha:
+        context["diff_same"] = True
+        return context
+    try:
+        _, old = artifact_read(tenant=tenant, artifact_id=previous.artifact_id, actor=actor)
+    except IntegrityFailure as exc:
+        context["diff_error"] = exc.detail
+        return context
+    old_text, new_text = decode_text(old), decode_text(data)
+    if old_text is None or new_text is None:
+        context["diff_error"] = "One of the two artifacts is not text, so there is no diff."
+        return context
+    context["diff"] = diff_lines(
+        old_text,
+        new_text,
+        old_label=f"previous {previous.artifact_sha256[:12]}",
+        new_label=f"under review {shown_sha[:12]}",
+    )
+    return context
+
+
+def _review_context(
+    request: HttpRequest, row: ApprovalRequest, comment: str = ""
+) -> dict[str, object]:
+    now = timezone.now()
+    expired = row.status == ApprovalStatus.EXPIRED or row.expires_at <= now
+    context: dict[str, object] = {
+        "row": row,
+        "run": row.run,
+        "run_url": _run_url(row.run_id),
+        "decisions": list(row.decisions.all()),
+        "time_left": time_left((row.expires_at - now).total_seconds()),
+        "expired": expired,
+        "why_not": _why_not(row, request.user, expired),
+        "refresh_seconds": STATUS_REFRESH_SECONDS,
+        **_content_context(request, row),
+    }
+    # The form always carries the hash of the bytes rendered on this very page.
+    sha = context.get("shown_sha256", "")
+    context["form"] = DecisionForm(initial={"artifact_sha256": sha, "comment": comment})
+    return context
+
+
+@require_GET
+@console_view(roles.REVIEW)
+def review(request: HttpRequest, approval_id: object) -> HttpResponse:
+    row = _get(request, approval_id)
+    return render(request, "approvals/review.html", _review_context(request, row))
+
+
+@require_GET
+@console_view(roles.REVIEW)
+def status(request: HttpRequest, approval_id: object) -> HttpResponse:
+    """The review page's status line (htmx polls it), so expiry shows while the page is open."""
+    row = _get(request, approval_id)
+    now = timezone.now()
+    expired = row.status == ApprovalStatus.EXPIRED or row.expires_at <= now
+    context = {
+        "row": row,
+        "time_left": time_left((row.expires_at - now).total_seconds()),
+        "expired": expired,
+        "why_not": _why_not(row, request.user, expired),
+        "refresh_seconds": STATUS_REFRESH_SECONDS,
+    }
+    return render(request, "approvals/review.html#status", context)
+
+
+@require_POST
+@console_view(roles.REVIEW)
+def decide(request: HttpRequest, approval_id: object) -> HttpResponse:
+    row = _get(request, approval_id)
+    form = DecisionForm(request.POST)
+    if not form.is_valid():
+        context = _review_context(request, row, request.POST.get("comment", "")[:4000])
+        context["refusal"] = "The decision form is incomplete; nothing was decided."
+        return render(request, "approvals/review.html", context, status=400)
+    try:
+        decision = approval_decide(
+            tenant=request.console.tenant,
+            request_id=row.pk,
+            decision=form.cleaned_data["decision"],
+            artifact_sha256=form.cleaned_data["artifact_sha256"],
+            comment=form.cleaned_data["comment"],
+            actor=request.console.actor,
+        )
+    except NotFound:
+        raise Http404("No such approval request.")
+    except CairnError as refusal:
+        row = _get(request, approval_id)  # reload: an expiry was recorded, a run moved
+        context = _review_context(request, row, form.cleaned_data["comment"])
+        context["refusal"] = refusal.detail
+        context["refusal_code"] = refusal.code
+        return render(request, "approvals/review.html", context, status=refusal.status)
+    if decision.decision == "approve":
+        row = _get(request, approval_id)
+        if row.status == ApprovalStatus.APPROVED:
+            messages.success(request, "Approved. The run continues with exactly this artifact.")
+        else:
+            messages.success(
+                request, "Your approval is recorded; the request needs more approvals."
+            )
+    else:
+        messages.success(request, "Rejected. The run ends with your comment as the reason.")
+    return redirect("approvals:review", approval_id=row.pk)

@@ -1,0 +1,93 @@
+"""Helpers for the approvals tests: drafts, moving a run to its approval state, asking."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+
+from approvals.models import ApprovalRequest
+from approvals.services import approval_request_create
+from checkpoints.models import Artifact, Run
+from checkpoints.services.artifacts import artifact_store
+from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.runs import run_create
+from checkpoints.services.workflows import workflow_register
+from tenants.models import Tenant
+from tenants.services import Actor
+from tests.factories import SIMPLE_DEFINITION
+
+DRAFT = "# Cairns\n\nHikers build cairns to mark a route.\n\n- above the tree line\n"
+
+
+def draft(tenant: Tenant, text: str = DRAFT, media_type: str = "text/markdown") -> Artifact:
+    artifact, _ = artifact_store(
+        tenant=tenant, data=text.encode(), media_type=media_type, kind="draft"
+    )
+    return artifact
+
+
+def move(run: Run, state: str, artifact: Artifact | None = None) -> Run:
+    """Commit the run's next checkpoint into ``state`` (naming the draft as evidence)."""
+    run.refresh_from_db()
+    groups = {}
+    if artifact is not None:
+        groups["evidence"] = {
+            "artifacts": [{"id": str(artifact.id), "sha256": artifact.sha256, "name": "draft"}],
+            "validators": [],
+        }
+    checkpoint_commit(
+        tenant=run.tenant,
+        run_id=run.id,
+        expected_version=run.version,
+        state=state,
+        step=state,
+        envelope=groups,
+        actor=Actor.system("test driver"),
+    )
+    run.refresh_from_db()
+    return run
+
+
+def at_review(run: Run, artifact: Artifact) -> Run:
+    """collect_sources → draft_answer → review (the approval state: waiting_approval)."""
+    move(run, "draft_answer", artifact)
+    return move(run, "review", artifact)
+
+
+def ask(run: Run, artifact: Artifact, user, **kwargs) -> ApprovalRequest:  # noqa: ANN001
+    run.refresh_from_db()
+    return approval_request_create(
+        tenant=run.tenant,
+        run_id=run.id,
+        artifact_id=artifact.id,
+        artifact_sha256=artifact.sha256,
+        action=kwargs.pop("action", "publish"),
+        actor=Actor(user=user),
+        **kwargs,
+    )
+
+
+def expire_now(request: ApprovalRequest) -> None:
+    """Move the request's expiry into the past (as if its time ran out)."""
+    ApprovalRequest.objects.filter(pk=request.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+
+def worker_run(tenant: Tenant, user) -> Run:  # noqa: ANN001
+    """A run Cairn's workers would drive (a code workflow), for outbox assertions."""
+    workflow_register(
+        tenant=tenant,
+        workflow_type="approvals-test",
+        version="1",
+        definition=SIMPLE_DEFINITION,
+        has_code=True,
+    )
+    return run_create(
+        tenant=tenant,
+        workflow_type="approvals-test",
+        inputs={},
+        execution="worker",
+        actor=Actor(user=user),
+    )
