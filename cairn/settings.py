@@ -178,12 +178,21 @@ CAIRN_MODEL_CLIENT = env("CAIRN_MODEL_CLIENT", "local")
 CAIRN_MODEL_BASE_URL = env("CAIRN_MODEL_BASE_URL")
 CAIRN_MODEL_NAME = env("CAIRN_MODEL_NAME", "gpt-4o-mini")
 CAIRN_MODEL_API_KEY_REF = env("CAIRN_MODEL_API_KEY_REF")  # a secret reference, e.g. env:NAME
+CAIRN_MODEL_TIMEOUT_SECONDS = env_int("CAIRN_MODEL_TIMEOUT_SECONDS", 60)
+CAIRN_MODEL_COST_PER_1K_TOKENS = float(env("CAIRN_MODEL_COST_PER_1K_TOKENS", "0.002"))
+# Modules that declare workflows in Python (imported by workers, commands and run creation).
+CAIRN_WORKFLOW_MODULES = [
+    m.strip() for m in env("CAIRN_WORKFLOW_MODULES", "checkpoints.runtime.demo").split(",") if m
+]
+# Steps one worker runs back to back while it holds a run's lease, before handing over.
+CAIRN_STEPS_PER_TASK = env_int("CAIRN_STEPS_PER_TASK", 20)
+CAIRN_RETRY_DELAY_SECONDS = env_int("CAIRN_RETRY_DELAY_SECONDS", 30)
 
 # --- Celery --------------------------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", "filesystem://")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    _broker_dir = CAIRN_HOME / "broker"
+    _broker_dir = Path(env("CAIRN_BROKER_DIR", str(CAIRN_HOME / "broker")))
     for _sub in ("out", "processed"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+from django.conf import settings
+from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 
@@ -17,6 +19,8 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=2)
 
     def handle(self, *args, addr, concurrency, **options):
+        # Workers run only workflows whose definitions are stored: store them first.
+        call_command("sync_workflows", stdout=self.stdout, stderr=self.stderr)
         python = sys.executable
         commands = {
             "web": [python, "manage.py", "runserver", addr, "--noreload"],
@@ -28,6 +32,8 @@ class Command(BaseCommand):
                 "cairn",
                 "worker",
                 "--beat",
+                "--schedule",
+                str(settings.CAIRN_HOME / "celerybeat-schedule"),
                 "--loglevel",
                 "INFO",
                 "--concurrency",
@@ -36,8 +42,13 @@ class Command(BaseCommand):
                 f"cairn-embedded-{os.getpid()}@%h",
             ],
         }
-        processes = {name: subprocess.Popen(cmd) for name, cmd in commands.items()}
+        # Each child leads its own process group, so stopping it stops its children too
+        # (the worker's pool processes).
+        processes = {
+            name: subprocess.Popen(cmd, start_new_session=True) for name, cmd in commands.items()
+        }
         self.stdout.write(f"Cairn is up on http://{addr}/ (Ctrl-C stops everything).")
+        signal.signal(signal.SIGTERM, _stop)
         try:
             while all(p.poll() is None for p in processes.values()):
                 time.sleep(0.5)
@@ -48,9 +59,24 @@ class Command(BaseCommand):
         finally:
             for process in processes.values():
                 if process.poll() is None:
-                    process.send_signal(signal.SIGTERM)
+                    process.send_signal(signal.SIGTERM)  # the leader stops its own children
+            deadline = time.monotonic() + 10
             for process in processes.values():
                 try:
-                    process.wait(timeout=10)
+                    process.wait(timeout=max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    process.kill()
+                    pass
+                # Whatever is left of the group (a pool child that ignored SIGTERM) goes now.
+                _signal_group(process, signal.SIGKILL)
+
+
+def _stop(signum, frame):  # noqa: ANN001
+    # SIGTERM (e.g. from a process manager) shuts down as cleanly as Ctrl-C.
+    raise KeyboardInterrupt
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

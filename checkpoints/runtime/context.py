@@ -1,0 +1,181 @@
+"""What a step sees: its run's inputs, the evidence of earlier checkpoints, its budget, a
+model client that accounts for every call, and helpers that add evidence.
+
+Evidence is cumulative: each checkpoint carries every artifact reference (by name), every
+validator result (by name) and every earlier step's output, so a restore reads only the
+latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import TYPE_CHECKING, Any
+
+from checkpoints.errors import IntegrityFailure
+from checkpoints.models import Artifact, ArtifactKind, Run
+from checkpoints.services.artifacts import artifact_content, artifact_store
+
+from .errors import BudgetExhaustedError
+from .models import Completion, ModelClient
+
+if TYPE_CHECKING:
+    from .definition import StepSpec
+    from .lease import LeaseKeeper
+
+log = logging.getLogger("cairn.runtime")
+
+
+def evidence_normalize(evidence: dict[str, Any] | None) -> dict[str, Any]:
+    evidence = copy.deepcopy(evidence or {})
+    return {
+        "artifacts": list(evidence.get("artifacts", [])),
+        "validators": list(evidence.get("validators", [])),
+        "tool_results": list(evidence.get("tool_results", [])),
+        "outputs": dict(evidence.get("outputs", {})),
+    }
+
+
+def _put_by_name(items: list[dict[str, Any]], item: dict[str, Any]) -> None:
+    for index, existing in enumerate(items):
+        if existing.get("name") == item["name"]:
+            items[index] = item
+            return
+    items.append(item)
+
+
+class AccountingModel:
+    """Wraps a ModelClient: refuses a call once the token or cost budget is spent, and
+    charges each call's tokens and cost to the run as soon as it returns."""
+
+    def __init__(self, client: ModelClient, context: StepContext) -> None:
+        self.client = client
+        self.name = client.name
+        self._context = context
+
+    def complete(self, *, prompt: str, system: str = "", max_tokens: int = 512) -> Completion:
+        left = self._context.budget_remaining()
+        if left.get("tokens") == 0 or left.get("cost") == 0:
+            which = "tokens" if left.get("tokens") == 0 else "cost"
+            raise BudgetExhaustedError(f"budget exhausted: no {which} left for a model call")
+        completion = self.client.complete(prompt=prompt, system=system, max_tokens=max_tokens)
+        self._context._charge(tokens_used=completion.tokens, cost_used=completion.cost)
+        self._context.model_calls += 1
+        return completion
+
+
+class StepContext:
+    """Passed to every step function. Only the helpers below change what gets committed."""
+
+    def __init__(
+        self,
+        *,
+        run: Run,
+        spec: StepSpec,
+        envelope: dict[str, Any],
+        used: dict[str, Any],
+        keeper: LeaseKeeper,
+        model: ModelClient,
+    ) -> None:
+        self.run_id = run.pk
+        self.tenant = run.tenant
+        self.workflow_type = run.workflow_type
+        self.workflow_version = run.workflow_version
+        self.state = spec.state
+        self.step = spec.name
+        self._run = run
+        self._keeper = keeper
+        self._inputs = envelope.get("inputs") or {}
+        self.evidence = evidence_normalize(envelope.get("evidence"))
+        self.side_effects: list[dict[str, Any]] = copy.deepcopy(envelope.get("side_effects", []))
+        self.used = dict(used)
+        self.model_calls = 0
+        self.model = AccountingModel(model, self)
+        self.log = log
+
+    # --- reading ----------------------------------------------------------------------------
+    @property
+    def inputs(self) -> dict[str, Any]:
+        """The run's normalized inputs (``values`` of the genesis checkpoint)."""
+        return copy.deepcopy(self._inputs.get("values", {}))
+
+    @property
+    def objective_ref(self) -> str | None:
+        return self._inputs.get("objective_ref")
+
+    @property
+    def attempts_used(self) -> int:
+        """Step executions the run has used so far, this one included."""
+        return int(self.used.get("attempts_used", 0))
+
+    def output_of(self, step: str) -> Any:
+        """The accepted output of an earlier step (KeyError if it has none)."""
+        return copy.deepcopy(self.evidence["outputs"][step])
+
+    def artifact_ref(self, name: str) -> dict[str, Any]:
+        for ref in self.evidence["artifacts"]:
+            if ref.get("name") == name:
+                return dict(ref)
+        raise KeyError(f"no artifact named '{name}' in the run's evidence")
+
+    def artifact_names(self, prefix: str = "") -> list[str]:
+        return [
+            r["name"] for r in self.evidence["artifacts"] if r.get("name", "").startswith(prefix)
+        ]
+
+    def artifact_bytes(self, name: str) -> bytes:
+        """The content of an evidence artifact, checked against the sha256 the evidence
+        names and the stored one. Raises KeyError or IntegrityFailure."""
+        ref = self.artifact_ref(name)
+        artifact = Artifact.objects.filter(tenant=self.tenant, pk=ref["id"]).first()
+        if artifact is None or artifact.sha256 != ref["sha256"]:
+            raise IntegrityFailure(f"Artifact '{name}' ({ref['id']}) is missing or was replaced.")
+        return artifact_content(artifact)
+
+    def artifact_text(self, name: str) -> str:
+        return self.artifact_bytes(name).decode("utf-8")
+
+    def budget_remaining(self) -> dict[str, Any]:
+        """What is left of each limit (None = unlimited), counting this step's usage."""
+        limits = self._run.budget_limits or {}
+        left: dict[str, Any] = {}
+        for name in ("attempts", "tokens", "cost"):
+            limit = limits.get(f"max_{name}")
+            used = self.used.get(f"{name}_used", 0)
+            left[name] = None if limit is None else max(0, round(limit - used, 6))
+        left["deadline"] = limits.get("deadline")
+        return left
+
+    # --- adding evidence ----------------------------------------------------------------
+    def store_artifact(
+        self,
+        name: str,
+        data: bytes | str,
+        *,
+        media_type: str = "text/plain; charset=utf-8",
+        kind: str = ArtifactKind.OTHER,
+    ) -> dict[str, Any]:
+        """Store content (encrypted, deduplicated) and add it to the evidence under
+        ``name``, replacing an earlier artifact of that name. Returns the reference."""
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        artifact, _ = artifact_store(
+            tenant=self.tenant, data=data, media_type=media_type, kind=kind
+        )
+        ref = {"id": str(artifact.id), "sha256": artifact.sha256, "name": name, "kind": kind}
+        _put_by_name(self.evidence["artifacts"], ref)
+        return dict(ref)
+
+    def record_validator(self, name: str, *, passed: bool, detail: str = "") -> None:
+        """Record a validator result (replacing an earlier result of the same name)."""
+        item: dict[str, Any] = {"name": name, "passed": bool(passed), "step": self.step}
+        if detail:
+            item["detail"] = detail[:1000]
+        _put_by_name(self.evidence["validators"], item)
+
+    def heartbeat(self) -> None:
+        """Renew the lease now (it is also renewed in the background). Raises LeaseLost."""
+        self._keeper.renew()
+
+    def _charge(self, **deltas: float) -> None:
+        self.used = self._keeper.charge(**deltas)

@@ -1,0 +1,430 @@
+"""Running a run on a worker: lease, restore, run exactly the next eligible step, commit.
+
+``run_advance`` is what the ``checkpoints.run_advance`` Celery task calls for every
+``run.resume`` command. While it holds the lease it goes on to the next step directly
+(every step is committed first), up to ``CAIRN_STEPS_PER_TASK`` steps, then hands over.
+
+Attempts: one step execution is one attempt, charged to the run (under the lease) *before*
+the step function runs, so a worker killed mid-step has already spent it and a crash loop
+ends in ``failed`` once ``max_attempts`` is used up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import socket
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.utils import timezone
+
+from checkpoints.errors import (
+    ArtifactHashMismatch,
+    CairnError,
+    ConcurrentCheckpointWrite,
+    IllegalTransition,
+    LeaseHeld,
+    RunNotActive,
+)
+from checkpoints.models import Run, RunStatus, WorkerHeartbeat
+from checkpoints.services.checkpoints import BUDGET_USED_KEYS, checkpoint_commit
+from checkpoints.services.leases import lease_acquire
+from tenants.services import Actor
+
+from . import hooks
+from .context import StepContext, evidence_normalize
+from .definition import Next, StepSpec, Workflow
+from .errors import LeaseLost, PermanentStepError, RetryableStepError
+from .lease import LeaseKeeper
+from .models import ModelClient, ModelError, model_client_default
+from .registry import workflow_code
+from .restore import Halt, Restored, policy_check, restore_latest
+from .status import run_handover, run_pause_for_review
+
+log = logging.getLogger("cairn.runtime")
+
+WORKABLE = frozenset(
+    {RunStatus.RUNNING, RunStatus.WAITING_RETRY, RunStatus.WAITING_APPROVAL, RunStatus.RECONCILING}
+)
+
+_identity: tuple[int, str] | None = None
+_heartbeat_at: float = 0.0
+
+
+def worker_identity() -> str:
+    """This process's lease owner name (one per process: prefork children differ)."""
+    global _identity
+    pid = os.getpid()
+    if _identity is None or _identity[0] != pid:
+        _identity = (pid, f"{socket.gethostname()}:{pid}:{secrets.token_hex(3)}")
+    return _identity[1]
+
+
+def worker_heartbeat(owner: str) -> None:
+    """Tell the health page this worker is alive (at most every 10 seconds)."""
+    global _heartbeat_at
+    now = timezone.now()
+    if now.timestamp() - _heartbeat_at < 10:
+        return
+    _heartbeat_at = now.timestamp()
+    WorkerHeartbeat.objects.update_or_create(
+        worker_id=owner[:200],
+        defaults={"hostname": socket.gethostname()[:200], "pid": os.getpid(), "last_seen_at": now},
+    )
+
+
+def run_advance(
+    *,
+    run_id: UUID | str,
+    expected_version: int,
+    owner: str | None = None,
+    model: ModelClient | None = None,
+) -> str:
+    """Carry out one ``run.resume`` command. Returns what happened, as a word:
+    ``stale`` / ``missing`` / ``inactive`` / ``not_due`` (nothing to do), ``lease_held``
+    (another worker has it: back off, the rescue sweep re-queues when its lease expires),
+    ``lease_lost``, or the run's resulting condition (``waiting_approval``,
+    ``waiting_retry``, ``succeeded``, ``failed``, ``paused``, ``handed_over``).
+
+    Never raises for a domain condition; every write it makes is a service transaction.
+    """
+    owner = owner or worker_identity()
+    run = Run.objects.select_related("workflow", "tenant").filter(pk=run_id).first()
+    if run is None:
+        log.info("command for a missing run ignored", extra={"run": str(run_id)})
+        return "missing"
+    if run.version != expected_version:
+        log.info(
+            "stale command ignored",
+            extra={"run": str(run.pk), "expected": expected_version, "version": run.version},
+        )
+        return "stale"
+    if run.status not in WORKABLE:
+        return "inactive"
+    if (
+        run.status == RunStatus.WAITING_RETRY
+        and run.next_eligible_at
+        and run.next_eligible_at > timezone.now()
+    ):
+        return "not_due"
+    try:
+        lease = lease_acquire(
+            tenant=run.tenant,
+            run_id=run.pk,
+            owner=owner,
+            ttl_seconds=settings.CAIRN_LEASE_SECONDS,
+            expected_version=expected_version,
+        )
+    except LeaseHeld:
+        log.info("run leased by another worker; backing off", extra={"run": str(run.pk)})
+        return "lease_held"
+    except ConcurrentCheckpointWrite:
+        return "stale"
+    except RunNotActive:
+        return "inactive"
+    if lease.took_over:
+        log.warning(
+            "took over an expired lease (restore)",
+            extra={"run": str(run.pk), "restore_count": lease.restore_count},
+        )
+    worker_heartbeat(owner)
+    keeper = LeaseKeeper(
+        run=run, owner=owner, version=lease.run_version, ttl_seconds=settings.CAIRN_LEASE_SECONDS
+    )
+    try:
+        return _Advance(run, keeper, model or model_client_default()).work()
+    except LeaseLost as exc:
+        log.warning("lease lost; work discarded", extra={"run": str(run.pk), "why": str(exc)})
+        return "lease_lost"
+    finally:
+        keeper.release()
+
+
+class _Advance:
+    def __init__(self, run: Run, keeper: LeaseKeeper, model: ModelClient) -> None:
+        self.run = run
+        self.keeper = keeper
+        self.model = model
+        self.code: Workflow | None = workflow_code(run.workflow_type, run.workflow_version)
+        self.actor = Actor.system(f"worker {keeper.owner}")
+
+    def work(self) -> str:
+        for index in range(settings.CAIRN_STEPS_PER_TASK):
+            if index:
+                self.keeper.renew()
+            run = self.run = Run.objects.select_related("workflow", "tenant").get(pk=self.run.pk)
+            if run.version != self.keeper.version or run.status not in WORKABLE:
+                raise LeaseLost("the run changed while this worker held its lease")
+            restored = restore_latest(run)
+            if isinstance(restored, Halt):
+                return self.halt(restored)
+            outcome = self.next_step(restored)
+            if outcome != "continue":
+                return outcome
+        return "handed_over" if self.handover() else "lease_lost"
+
+    def handover(self) -> bool:
+        self.keeper.stop_renewing()
+        return run_handover(run=self.run, version=self.keeper.version, owner=self.keeper.owner)
+
+    # --- step 7: the next eligible step ---------------------------------------------------
+    def next_step(self, restored: Restored) -> str:
+        run, code = self.run, self.code
+        state = run.state
+        if state in run.workflow.definition.get("terminal", []):
+            return "succeeded"
+        if code is None:
+            return self.pause(
+                f"workflow {run.workflow_type} version {run.workflow_version} is not declared "
+                "by any module this worker loads (CAIRN_WORKFLOW_MODULES)"
+            )
+        if state in code.approvals:
+            return self.approval(restored, code.approvals[state])
+        spec = code.steps.get(state)
+        if spec is None:
+            return self.pause(
+                f"checkpoint {restored.checkpoint.sequence} is at state '{state}', which the "
+                f"workflow code {code.workflow_type}@{code.version} (code version "
+                f"{code.code_version}) no longer has a step for"
+            )
+        halt = policy_check(run, restored, attempt_needed=True)
+        if halt:
+            return self.halt(halt)
+        return self.execute(spec, restored)
+
+    def execute(self, spec: StepSpec, restored: Restored) -> str:
+        keeper = self.keeper
+        used = keeper.charge(attempts_used=1)  # spent before the step runs: see module doc
+        keeper.restart_clock()
+        ctx = StepContext(
+            run=self.run,
+            spec=spec,
+            envelope=restored.envelope,
+            used=used,
+            keeper=keeper,
+            model=self.model,
+        )
+        log.info(
+            "step started",
+            extra={"run": str(self.run.pk), "step": spec.name, "attempts": ctx.attempts_used},
+        )
+        failure: tuple[str, str, float | None] | None = None
+        returned: Any = None
+        keeper.start_renewing()
+        try:
+            returned = spec.fn(ctx)
+        except LeaseLost:
+            raise
+        except RetryableStepError as exc:
+            failure = ("retry", exc.reason, exc.delay_seconds)
+        except PermanentStepError as exc:
+            failure = ("fail", exc.reason, None)
+        except ModelError as exc:
+            failure = ("retry" if exc.retryable else "fail", str(exc), None)
+        except Exception as exc:  # an unexpected error may be transient: it costs an attempt
+            log.exception("step raised", extra={"run": str(self.run.pk), "step": spec.name})
+            failure = ("retry", f"{type(exc).__name__}: {exc}", None)
+        finally:
+            keeper.stop_renewing()
+        used = keeper.flush_elapsed()
+        if failure is not None:
+            return self.step_failed(spec, restored, used, *failure)
+        try:
+            target, output = _interpret(spec, returned)
+        except PermanentStepError as exc:
+            return self.pause(exc.reason)
+        evidence = ctx.evidence
+        evidence["outputs"][spec.name] = output
+        groups = self.groups(restored, evidence=evidence, used=used)
+        groups["side_effects"] = ctx.side_effects
+        return self.commit(state=target, step=spec.name, groups=groups)
+
+    def step_failed(
+        self, spec: StepSpec, restored: Restored, used: dict, kind: str, reason: str, delay
+    ) -> str:
+        limit = (self.run.budget_limits or {}).get("max_attempts")
+        attempts = used["attempts_used"]
+        if kind == "retry" and limit is not None and attempts >= limit:
+            kind = "fail"
+            reason = (
+                f"budget exhausted: attempts used {attempts} of {limit}; "
+                f"the last attempt of {spec.name} failed: {reason}"
+            )
+        elif kind == "fail":
+            reason = f"{spec.name} failed: {reason}"
+        if kind == "fail":
+            groups = self.groups(restored, used=used, reason=reason)
+            return self.commit(
+                state=self.run.state, step="", groups=groups, status=RunStatus.FAILED, reason=reason
+            )
+        delay = settings.CAIRN_RETRY_DELAY_SECONDS if delay is None else max(0.0, float(delay))
+        eligible = timezone.now() + timedelta(seconds=delay)
+        reason = f"attempt {attempts} ({spec.name}) failed: {reason}"
+        groups = self.groups(restored, used=used, reason=reason, next_eligible_at=eligible)
+        return self.commit(
+            state=self.run.state,
+            step="",
+            groups=groups,
+            status=RunStatus.WAITING_RETRY,
+            reason=reason,
+            next_eligible_at=eligible,
+        )
+
+    def approval(self, restored: Restored, spec) -> str:  # noqa: ANN001
+        outcome = hooks.approval_gate(run=self.run, spec=spec, envelope=restored.envelope)
+        if outcome.decision == "wait":
+            return "waiting_approval"
+        evidence = evidence_normalize(restored.envelope.get("evidence"))
+        for item in outcome.evidence.get("validators", []):
+            evidence["validators"] = [
+                v for v in evidence["validators"] if v.get("name") != item.get("name")
+            ] + [item]
+        groups = self.groups(restored, evidence=evidence, used=restored.used)
+        groups["control"].update(outcome.evidence.get("control", {}))
+        if outcome.decision == "approved":
+            return self.commit(state=spec.next, step=spec.state, groups=groups)
+        reason = outcome.reason or "the reviewer rejected the request"
+        groups["control"]["reason"] = reason
+        return self.commit(
+            state=spec.rejected or self.run.state,
+            step=spec.state if spec.rejected else "",
+            groups=groups,
+            status=RunStatus.FAILED,
+            reason=reason,
+        )
+
+    # --- writing ----------------------------------------------------------------------------
+    def groups(
+        self,
+        restored: Restored,
+        *,
+        used: dict,
+        evidence: dict | None = None,
+        reason: str | None = None,
+        next_eligible_at=None,  # noqa: ANN001
+    ) -> dict[str, Any]:
+        envelope = restored.envelope
+        control = dict(envelope.get("control") or {})
+        control.update(
+            {
+                "lease_owner": self.keeper.owner[:500],
+                "actor": self.actor.name[:500],
+                "reason": reason[:2000] if reason else None,
+                "next_eligible_at": next_eligible_at.isoformat() if next_eligible_at else None,
+            }
+        )
+        return {
+            "inputs": envelope.get("inputs") or {},
+            "evidence": evidence
+            if evidence is not None
+            else evidence_normalize(envelope.get("evidence")),
+            "side_effects": envelope.get("side_effects") or [],
+            "budgets": {key: used[key] for key in BUDGET_USED_KEYS},
+            "control": control,
+        }
+
+    def commit(
+        self,
+        *,
+        state: str,
+        step: str,
+        groups: dict[str, Any],
+        status: str | None = None,
+        reason: str = "",
+        next_eligible_at=None,  # noqa: ANN001
+    ) -> str:
+        try:
+            result = checkpoint_commit(
+                tenant=self.run.tenant,
+                run_id=self.run.pk,
+                expected_version=self.keeper.version,
+                state=state,
+                step=step,
+                envelope=groups,
+                actor=self.actor,
+                status=status,
+                status_reason=reason,
+                lease_owner=self.keeper.owner,
+                next_eligible_at=next_eligible_at,
+                code_version=self.code.code_version if self.code else "",
+                is_evidence=True,
+            )
+        except (ConcurrentCheckpointWrite, LeaseHeld, RunNotActive) as exc:
+            raise LeaseLost(exc.detail)
+        except (IllegalTransition, ArtifactHashMismatch, CairnError) as exc:
+            fields = f" ({json.dumps(exc.fields)[:500]})" if exc.fields else ""
+            return self.pause(
+                f"the checkpoint for {step or state} was refused: {exc.detail}{fields}"
+            )
+        self.keeper.version = result.run_version
+        self.run.refresh_from_db(fields=["status", "state", "version"])
+        log.info(
+            "step committed",
+            extra={"run": str(self.run.pk), "step": step, "sequence": result.sequence},
+        )
+        if self.run.status == RunStatus.RUNNING:
+            return "continue"
+        if self.run.status == RunStatus.WAITING_APPROVAL:
+            return "continue"  # the approval gate decides on the next turn
+        return {
+            RunStatus.SUCCEEDED: "succeeded",
+            RunStatus.FAILED: "failed",
+            RunStatus.WAITING_RETRY: "waiting_retry",
+        }.get(self.run.status, str(self.run.status))
+
+    def pause(self, reason: str) -> str:
+        self.keeper.stop_renewing()
+        paused = run_pause_for_review(
+            run_id=self.run.pk,
+            expected_version=self.keeper.version,
+            reason=reason,
+            actor=self.actor,
+        )
+        if not paused:
+            raise LeaseLost("the run moved on before it could be paused")
+        return "paused"
+
+    def halt(self, halt: Halt) -> str:
+        if halt.action == "fail" and halt.restored is not None:
+            groups = self.groups(halt.restored, used=halt.restored.used, reason=halt.reason)
+            return self.commit(
+                state=self.run.state,
+                step="",
+                groups=groups,
+                status=RunStatus.FAILED,
+                reason=halt.reason,
+            )
+        return self.pause(halt.reason)
+
+
+def _interpret(spec: StepSpec, returned: Any) -> tuple[str, dict[str, Any]]:
+    """A step returns Next(state, output), or an output dict (or None) when it has exactly
+    one next state. Raises PermanentStepError for anything else."""
+    if isinstance(returned, Next):
+        target, output = returned.state, returned.output
+    elif returned is None or isinstance(returned, dict):
+        if len(spec.next) != 1:
+            raise PermanentStepError(
+                f"step {spec.name} may lead to {', '.join(spec.next)}: it must return "
+                "Next(state, output) to choose"
+            )
+        target, output = spec.next[0], returned or {}
+    else:
+        raise PermanentStepError(
+            f"step {spec.name} returned {type(returned).__name__}; it must return a dict "
+            "or Next(state, output)"
+        )
+    if target not in spec.next:
+        raise PermanentStepError(
+            f"step {spec.name} chose '{target}', which it does not declare as a next state"
+        )
+    try:
+        json.dumps(output, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise PermanentStepError(f"step {spec.name} returned output that is not JSON: {exc}")
+    return target, output

@@ -1,0 +1,27 @@
+"""Celery tasks: thin adapters over the runtime and outbox services (JSON arguments only)."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from checkpoints.runtime.executor import run_advance as _run_advance
+from checkpoints.runtime.rescue import runs_rescue as _runs_rescue
+from checkpoints.services.outbox import outbox_dispatch
+
+
+@shared_task(name="checkpoints.run_advance", acks_late=True, ignore_result=True)
+def run_advance(run_id: str, expected_version: int) -> str:
+    """Carry out a ``run.resume`` command (stale and duplicate commands are no-ops)."""
+    return _run_advance(run_id=run_id, expected_version=int(expected_version))
+
+
+@shared_task(name="checkpoints.outbox_sweep", ignore_result=True)
+def outbox_sweep() -> int:
+    """Publish due outbox messages that were not published at commit (or came due)."""
+    return outbox_dispatch()
+
+
+@shared_task(name="checkpoints.runs_rescue", ignore_result=True)
+def runs_rescue() -> int:
+    """Re-queue runs whose worker died or whose command was lost."""
+    return _runs_rescue()
