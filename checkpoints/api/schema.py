@@ -31,6 +31,14 @@ def add_common_responses(result, generator, request, public):  # noqa: ANN001, A
             if operation["security"] == [{}]:
                 continue
             responses = operation.setdefault("responses", {})
+            if any(p.get("name") == "cursor" for p in operation.get("parameters", [])):
+                responses.setdefault(
+                    "400",
+                    {
+                        "description": "A malformed pagination cursor.",
+                        "content": {"application/json": {"schema": ERROR_REF}},
+                    },
+                )
             for status, description in COMMON.items():
                 responses.setdefault(
                     status,
