@@ -17,11 +17,12 @@ from checkpoints.errors import (
     UnknownStep,
 )
 from checkpoints.models import Checkpoint, Run, RunStatus
-from checkpoints.services.actions import retry_choices, run_cancel, run_retry
 from checkpoints.services.artifacts import artifact_store
+from checkpoints.services.cancel import run_cancel
 from checkpoints.services.checkpoints import checkpoint_envelope, run_verify
 from checkpoints.services.forks import merge_patch, run_fork, run_fork_preview
 from checkpoints.services.leases import lease_acquire
+from checkpoints.services.retry import retry_choices, run_retry
 from tenants.services import Actor
 from tests.actions_support import advance, audit_events, operation, resume_messages, worker_run
 

@@ -16,13 +16,8 @@ from checkpoints.errors import (
     RunNotActive,
 )
 from checkpoints.models import Checkpoint, OutboxMessage, RunStatus
-from checkpoints.services.actions import (
-    run_cancel,
-    run_cancel_complete,
-    run_grant_budget,
-    run_resume,
-    runs_cancel_sweep,
-)
+from checkpoints.services.actions import run_grant_budget, run_resume
+from checkpoints.services.cancel import run_cancel, run_cancel_complete, runs_cancel_sweep
 from checkpoints.services.checkpoints import checkpoint_commit
 from tenants.services import Actor
 from tests.actions_support import advance, audit_events, operation, resume_messages, worker_run

@@ -10,14 +10,10 @@ from rest_framework.response import Response
 
 from checkpoints.api.serializers import RunSerializer, StrictSerializer
 from checkpoints.api.views import CairnAPIView, _errors
-from checkpoints.services.actions import (
-    MAX_REASON,
-    run_cancel,
-    run_grant_budget,
-    run_resume,
-    run_retry,
-)
+from checkpoints.services.actions import MAX_REASON, run_grant_budget, run_resume
+from checkpoints.services.cancel import run_cancel
 from checkpoints.services.forks import run_fork, run_fork_preview
+from checkpoints.services.retry import run_retry
 from tenants import roles
 
 
