@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console.views import health, home, runs
+from console.views import checkpoints, health, home, run_detail, runs
 
 app_name = "console"
 
@@ -17,6 +17,19 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tenant/", home.tenant_switch, name="tenant_switch"),
     path("runs/", runs.runs, name="runs"),
+    path("runs/rows/", runs.run_rows, name="run_rows"),
+    path("runs/<uuid:run_id>/", run_detail.run_detail, name="run_detail"),
+    path("runs/<uuid:run_id>/snapshot/", run_detail.run_snapshot, name="run_snapshot"),
+    path(
+        "runs/<uuid:run_id>/artifacts/<uuid:artifact_id>/",
+        run_detail.artifact_view,
+        name="artifact_view",
+    ),
+    path(
+        "runs/<uuid:run_id>/checkpoints/<int:sequence>/",
+        checkpoints.checkpoint_detail,
+        name="checkpoint_detail",
+    ),
     path("health/", health.health, name="health"),
     path("members/", home.members, name="members"),
     path("retention/", home.retention, name="retention"),

@@ -1,14 +1,69 @@
-"""The health page (filled in next)."""
+"""The health page: what an admin watches to catch stuck, looping or orphaned work."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 
+from checkpoints.models import ACTIVE_STATUSES, Checkpoint, Run, RunStatus, WorkerHeartbeat
 from console.access import console_view
+from console.run_reads import optional_selector
+from console.selectors import stalled_operations, status_counts
 from tenants import roles
+
+LIST_LIMIT = 20
+DEFAULT_RESTORES = 3
+WORKER_WINDOW = timedelta(minutes=5)
+
+
+def _restore_threshold(request: HttpRequest) -> int:
+    try:
+        return max(0, int(request.GET.get("restored_more_than", DEFAULT_RESTORES)))
+    except ValueError:
+        return DEFAULT_RESTORES
 
 
 @console_view(roles.ADMIN)
 def health(request: HttpRequest) -> HttpResponse:
-    return render(request, "console/placeholder.html", {"title": "Health", "issue": "console"})
+    tenant = request.console.tenant
+    now = timezone.now()
+    runs = Run.objects.filter(tenant=tenant)
+    counts = status_counts(runs)
+    active = runs.filter(status__in=ACTIVE_STATUSES)
+    # The latest checkpoint of each active run; the oldest of those is the stuck-est run.
+    oldest = list(
+        Checkpoint.objects.filter(tenant=tenant, pk__in=active.values("latest_checkpoint_id"))
+        .only("run_id", "sequence", "state", "created_at")
+        .order_by("created_at")[:LIST_LIMIT]
+    )
+    threshold = _restore_threshold(request)
+    restored = runs.filter(restore_count__gt=threshold)
+    stalled = stalled_operations(tenant).defer("request_sealed", "result_sealed")
+    expired_selector = optional_selector("approvals.selectors", "requests_for_tenant")
+    expired = (
+        list(expired_selector(tenant, status="expired").order_by("-expires_at")[:LIST_LIMIT])
+        if expired_selector
+        else None
+    )
+    workers = list(WorkerHeartbeat.objects.order_by("-last_seen_at")[:LIST_LIMIT])
+    for worker in workers:
+        worker.recent = worker.last_seen_at >= now - WORKER_WINDOW
+    context = {
+        "counts": [(s, label, counts[s]) for s, label in RunStatus.choices],
+        "total": sum(counts.values()),
+        "oldest": [(cp, now - cp.created_at) for cp in oldest],
+        "restore_threshold": threshold,
+        "restored": list(restored.order_by("-restore_count", "-pk")[:LIST_LIMIT]),
+        "restored_count": restored.count(),
+        "stalled": list(stalled.order_by("updated_at")[:LIST_LIMIT]),
+        "stalled_count": stalled.count(),
+        "expired_approvals": expired,
+        "workers": workers,
+        "workers_recent": sum(1 for w in workers if w.recent),
+        "worker_window_minutes": int(WORKER_WINDOW.total_seconds() // 60),
+        "now": now,
+    }
+    return render(request, "console/health.html", context)

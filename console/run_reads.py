@@ -1,0 +1,155 @@
+"""Reads behind the run and checkpoint pages. Fixed query counts: every list is one
+query (bounded), never a lookup per row."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.db.models import QuerySet
+from django.http import Http404
+from django.utils import timezone
+
+from checkpoints.models import Artifact, Checkpoint, ExternalOperation, OperationStatus, Run
+from checkpoints.services.budgets import budget_remaining
+from console.selectors import stalled_before
+from tenants.models import AuditEvent, Tenant
+
+TIMELINE_LIMIT = 200
+OPERATIONS_LIMIT = 200
+AUDIT_LIMIT = 100
+FORKS_LIMIT = 50
+
+BUDGETS = (
+    ("attempts", "Attempts", "attempts_used", "max_attempts"),
+    ("tokens", "Tokens", "tokens_used", "max_tokens"),
+    ("cost", "Cost", "cost_used", "max_cost"),
+)
+
+
+def run_for_page(*, tenant: Tenant, run_id: object) -> Run:
+    """The tenant's run with what its page shows alongside; 404 for anyone else's."""
+    try:
+        return Run.objects.select_related(
+            "workflow", "forked_from_run", "forked_from_checkpoint"
+        ).get(tenant=tenant, pk=run_id)
+    except (Run.DoesNotExist, ValueError):
+        raise Http404("No such run in this tenant.")
+
+
+def budget_bars(run: Run) -> list[dict[str, Any]]:
+    """Used and left per budget; ``limit`` None means unlimited (no bar)."""
+    left = budget_remaining(run)
+    used = run.budget_used or {}
+    bars = []
+    for key, label, used_key, limit_key in BUDGETS:
+        limit = run.budget_limits.get(limit_key)
+        spent = used.get(used_key, 0)
+        bars.append(
+            {
+                "key": key,
+                "label": label,
+                "used": spent,
+                "limit": limit,
+                "left": left.get(key),
+                "percent": _percent(spent, limit),
+            }
+        )
+    deadline = run.budget_limits.get("deadline")
+    if deadline:
+        end = datetime.fromisoformat(deadline)
+        total = (end - run.created_at).total_seconds()
+        elapsed = (timezone.now() - run.created_at).total_seconds()
+        bars.append(
+            {
+                "key": "deadline",
+                "label": "Time to deadline",
+                "used": round(elapsed),
+                "limit": round(total),
+                "left": left.get("deadline_seconds"),
+                "percent": _percent(elapsed, total),
+                "deadline": end,
+            }
+        )
+    return bars
+
+
+def _percent(used: float, limit: float | None) -> int:
+    if not limit:
+        return 0
+    return max(0, min(100, round(100 * used / limit)))
+
+
+def timeline(run: Run) -> list[Checkpoint]:
+    """Newest first, bounded; the envelope ciphertext is not loaded."""
+    return list(
+        Checkpoint.objects.filter(tenant_id=run.tenant_id, run=run)
+        .only("id", "sequence", "state", "step", "created_at", "actor", "sha256", "is_evidence")
+        .order_by("-sequence")[:TIMELINE_LIMIT]
+    )
+
+
+def states_visited(run: Run) -> list[str]:
+    return list(
+        Checkpoint.objects.filter(tenant_id=run.tenant_id, run=run)
+        .order_by("sequence")
+        .values_list("state", flat=True)
+    )
+
+
+def artifacts_referenced(tenant: Tenant, refs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The envelope's artifact references joined with the stored rows (one query)."""
+    ids = [str(ref.get("id")) for ref in refs]
+    stored = {str(a.pk): a for a in Artifact.objects.filter(tenant=tenant, pk__in=ids)}
+    return [
+        {
+            "ref": ref,
+            "name": ref.get("name") or "",
+            "kind": getattr(stored.get(str(ref.get("id"))), "kind", None) or ref.get("kind", ""),
+            "artifact": stored.get(str(ref.get("id"))),
+            "matches": (
+                str(ref.get("id")) in stored
+                and stored[str(ref.get("id"))].sha256 == ref.get("sha256")
+            ),
+        }
+        for ref in refs
+    ]
+
+
+def operations(run: Run) -> list[ExternalOperation]:
+    rows = list(
+        ExternalOperation.objects.filter(tenant_id=run.tenant_id, run=run)
+        .defer("request_sealed", "result_sealed")
+        .order_by("created_at")[:OPERATIONS_LIMIT]
+    )
+    cutoff = stalled_before()
+    for row in rows:
+        row.is_stalled = row.status == OperationStatus.PENDING and row.updated_at < cutoff
+    return rows
+
+
+def audit_trail(run: Run) -> list[AuditEvent]:
+    return list(
+        AuditEvent.objects.filter(tenant_id=run.tenant_id, run_id=run.pk).order_by("-id")[
+            :AUDIT_LIMIT
+        ]
+    )
+
+
+def forks(run: Run) -> QuerySet[Run]:
+    return (
+        Run.objects.filter(tenant_id=run.tenant_id, forked_from_run=run)
+        .select_related("forked_from_checkpoint")
+        .only("id", "status", "state", "created_at", "forked_from_checkpoint__sequence")
+        .order_by("-created_at")[:FORKS_LIMIT]
+    )
+
+
+def optional_selector(module: str, name: str) -> Callable[..., Any] | None:
+    """A selector another app may provide; the console renders its slot only if it exists."""
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None

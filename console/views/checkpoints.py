@@ -1,0 +1,78 @@
+"""One checkpoint: its envelope by field group, the diff to its parent, the chain check."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from checkpoints.errors import CairnError
+from checkpoints.models import Checkpoint
+from checkpoints.services.checkpoints import checkpoint_read, run_verify
+from console import run_reads
+from console.access import console_view
+from console.envelope_diff import envelope_groups
+from tenants import roles
+
+GROUP_TITLES = {
+    "identity": "Identity",
+    "position": "Position",
+    "inputs": "Inputs",
+    "evidence": "Evidence",
+    "side_effects": "Side effects",
+    "budgets": "Budgets",
+    "control": "Control",
+    "compatibility": "Compatibility",
+}
+
+
+@console_view(roles.OPERATE)
+def checkpoint_detail(request: HttpRequest, run_id: UUID, sequence: int) -> HttpResponse:
+    access = request.console
+    run = run_reads.run_for_page(tenant=access.tenant, run_id=run_id)
+    try:
+        # Both decrypting reads are audited by checkpoint_read.
+        checkpoint, envelope = checkpoint_read(
+            tenant=access.tenant, run_id=run.pk, sequence=sequence, actor=access.actor
+        )
+    except CairnError as exc:
+        if exc.status == 404:
+            raise Http404(exc.detail)
+        return render(
+            request,
+            "console/checkpoint_detail.html",
+            {"run": run, "sequence": sequence, "error": exc.detail},
+        )
+    parent, parent_envelope, parent_error = None, None, ""
+    if checkpoint.parent_id:
+        # A fork's first checkpoint has the source run's checkpoint as its parent.
+        parent = (
+            Checkpoint.objects.filter(tenant=access.tenant, pk=checkpoint.parent_id)
+            .only("id", "run_id", "sequence", "sha256")
+            .first()
+        )
+        if parent is None:
+            parent_error = "The parent checkpoint no longer exists (removed by retention)."
+        else:
+            try:
+                _, parent_envelope = checkpoint_read(
+                    tenant=access.tenant,
+                    run_id=parent.run_id,
+                    sequence=parent.sequence,
+                    actor=access.actor,
+                )
+            except CairnError as exc:
+                parent_error = exc.detail
+    groups = envelope_groups(envelope, parent_envelope)
+    context = {
+        "run": run,
+        "checkpoint": checkpoint,
+        "sequence": sequence,
+        "groups": [(GROUP_TITLES.get(g.name, g.name), g) for g in groups],
+        "parent": parent,
+        "parent_error": parent_error,
+        "has_parent_envelope": parent_envelope is not None,
+        "verification": run_verify(tenant=access.tenant, run_id=run.pk),
+    }
+    return render(request, "console/checkpoint_detail.html", context)

@@ -1,0 +1,121 @@
+"""The run page: snapshot, timeline, state machine, evidence, approvals, audit, forks."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from checkpoints.errors import CairnError
+from checkpoints.services.artifacts import artifact_read
+from checkpoints.services.checkpoints import checkpoint_read
+from console import run_reads
+from console.access import console_view
+from console.machine import machine_drawing
+from tenants import roles
+
+SNAPSHOT_REFRESH_SECONDS = 5
+VIEWER_MAX_BYTES = 256 * 1024
+TEXT_MEDIA = ("text/", "application/json", "application/xml", "application/x-ndjson")
+
+
+def _snapshot_context(run) -> dict:  # noqa: ANN001
+    return {
+        "run": run,
+        "budgets": run_reads.budget_bars(run),
+        "refresh_seconds": SNAPSHOT_REFRESH_SECONDS,
+    }
+
+
+@console_view(roles.OPERATE)
+def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    access = request.console
+    run = run_reads.run_for_page(tenant=access.tenant, run_id=run_id)
+    definition = run.workflow.definition
+    envelope, envelope_error = {}, ""
+    if run.checkpoint_sequence:
+        try:
+            # Decrypting the latest envelope is a read of customer data: it is audited.
+            _, envelope = checkpoint_read(
+                tenant=access.tenant,
+                run_id=run.pk,
+                sequence=run.checkpoint_sequence,
+                actor=access.actor,
+            )
+        except CairnError as exc:
+            envelope_error = exc.detail
+    evidence = envelope.get("evidence") or {}
+    approvals_for_run = run_reads.optional_selector("approvals.selectors", "approvals_for_run")
+    context = {
+        **_snapshot_context(run),
+        "access": access,
+        "checkpoints": run_reads.timeline(run),
+        "timeline_limit": run_reads.TIMELINE_LIMIT,
+        "machine": machine_drawing(definition, run_reads.states_visited(run), run.state),
+        "workflow_states": definition["states"],
+        "workflow_steps": _steps(definition),
+        "envelope_error": envelope_error,
+        "artifacts": run_reads.artifacts_referenced(access.tenant, evidence.get("artifacts", [])),
+        "validators": evidence.get("validators", []),
+        "tool_results": evidence.get("tool_results", []),
+        "operations": run_reads.operations(run),
+        "approvals_available": approvals_for_run is not None,
+        "approvals": (
+            list(approvals_for_run(tenant=access.tenant, run=run)) if approvals_for_run else []
+        ),
+        "audit_events": run_reads.audit_trail(run),
+        "forks": list(run_reads.forks(run)),
+    }
+    return render(request, "console/run_detail.html", context)
+
+
+def _steps(definition: dict) -> list[str]:
+    """Step names a retry can name: the declared steps, else the states themselves."""
+    steps = definition.get("steps") or {}
+    return list(dict.fromkeys(steps.values())) if steps else list(definition["states"])
+
+
+@console_view(roles.OPERATE)
+def run_snapshot(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    """The snapshot panel alone, polled by htmx so status and budgets stay current."""
+    run = run_reads.run_for_page(tenant=request.console.tenant, run_id=run_id)
+    return render(request, "console/run_detail.html#snapshot", _snapshot_context(run))
+
+
+@console_view(roles.OPERATE)
+def artifact_view(request: HttpRequest, run_id: UUID, artifact_id: UUID) -> HttpResponse:
+    """Show an artifact's content as escaped text (audited); binary content is not shown."""
+    access = request.console
+    run = run_reads.run_for_page(tenant=access.tenant, run_id=run_id)
+    artifact, data, error = None, b"", ""
+    try:
+        artifact, data = artifact_read(
+            tenant=access.tenant, artifact_id=artifact_id, actor=access.actor
+        )
+    except CairnError as exc:
+        if exc.status == 404:
+            raise Http404(exc.detail)
+        error = exc.detail
+    text, truncated = None, False
+    if artifact is not None and (artifact.media_type.startswith(TEXT_MEDIA) or _is_utf8(data)):
+        truncated = len(data) > VIEWER_MAX_BYTES
+        text = data[:VIEWER_MAX_BYTES].decode("utf-8", errors="replace")
+    context = {
+        "run": run,
+        "artifact": artifact,
+        "text": text,
+        "truncated": truncated,
+        "viewer_max_bytes": VIEWER_MAX_BYTES,
+        "error": error,
+    }
+    template = "console/artifact.html#viewer" if request.htmx else "console/artifact.html"
+    return render(request, template, context)
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data[:VIEWER_MAX_BYTES].decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return b"\x00" not in data[:4096]
