@@ -58,6 +58,8 @@ INSTALLED_APPS = [
     "checkpoints",
     "approvals",
     "console",
+    "retention",
+    "observability",
 ]
 
 MIDDLEWARE = [
@@ -168,6 +170,17 @@ CAIRN_LEASE_SECONDS = env_int("CAIRN_LEASE_SECONDS", 60)
 CAIRN_OUTBOX_CLAIM_SECONDS = env_int("CAIRN_OUTBOX_CLAIM_SECONDS", 30)
 CAIRN_DISPATCH_ON_COMMIT = env_bool("CAIRN_DISPATCH_ON_COMMIT", True)
 CAIRN_STALLED_OPERATION_SECONDS = env_int("CAIRN_STALLED_OPERATION_SECONDS", 600)
+# --- Retention and observability (retention/, observability/) ---------------------------
+CAIRN_RETENTION_BATCH_SIZE = env_int("CAIRN_RETENTION_BATCH_SIZE", 500)
+CAIRN_RETENTION_INTERVAL_SECONDS = env_int("CAIRN_RETENTION_INTERVAL_SECONDS", 3600)
+CAIRN_METRICS_TOKEN = env("CAIRN_METRICS_TOKEN")
+CAIRN_METRICS_ALLOWED_NETWORKS = [
+    n.strip()
+    for n in env("CAIRN_METRICS_ALLOWED_NETWORKS", "127.0.0.1/32,::1/128").split(",")
+    if n.strip()
+]
+CAIRN_ALERT_RESTORES = env_int("CAIRN_ALERT_RESTORES", 3)
+CAIRN_ALERT_OUTBOX_LAG_SECONDS = env_int("CAIRN_ALERT_OUTBOX_LAG_SECONDS", 60)
 # The local publishing service the demo's publish step writes to (a provider adapter).
 CAIRN_PUBLISHING_URL = env("CAIRN_PUBLISHING_URL", "http://127.0.0.1:8765")
 CAIRN_PUBLISHING_TOKEN_REF = env("CAIRN_PUBLISHING_TOKEN_REF")  # e.g. env:PUBLISHING_TOKEN
@@ -215,6 +228,11 @@ CELERY_TASK_ALWAYS_EAGER = False
 CELERY_BEAT_SCHEDULE = {
     "outbox-sweep": {"task": "checkpoints.outbox_sweep", "schedule": 5.0},
     "runs-rescue": {"task": "checkpoints.runs_rescue", "schedule": 15.0},
+    "retention-apply": {
+        "task": "retention.apply",
+        "schedule": float(CAIRN_RETENTION_INTERVAL_SECONDS),
+    },
+    "metrics-rollup": {"task": "observability.metrics_rollup", "schedule": 60.0},
     "approvals-expire": {"task": "approvals.expire_due", "schedule": 30.0},
 }
 
@@ -262,7 +280,14 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"json": {"()": "cairn.logging.JsonFormatter"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "handlers": {
+        # stdout: one JSON object per line, what log shippers and `docker logs` expect.
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json",
+            "stream": "ext://sys.stdout",
+        }
+    },
     "loggers": {
         "cairn": {"handlers": ["console"], "level": env("CAIRN_LOG_LEVEL", "INFO")},
         "django.request": {"handlers": ["console"], "level": "ERROR"},

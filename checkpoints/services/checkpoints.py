@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,6 +45,8 @@ from checkpoints.models import (
     RunStatus,
 )
 from checkpoints.services import outbox
+from observability.latency import commit_latency_record
+from retention.references import references_record
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record
 
@@ -223,7 +226,7 @@ def checkpoint_insert(
     except env.EnvelopeInvalid as exc:
         raise InvalidEnvelope("The envelope breaks its schema.", fields=exc.fields)
     identity, position = envelope["identity"], envelope["position"]
-    return Checkpoint.objects.create(
+    checkpoint = Checkpoint.objects.create(
         id=checkpoint_id,
         tenant_id=run.tenant_id,
         run=run,
@@ -241,6 +244,9 @@ def checkpoint_insert(
         actor=actor.name[:200],
         is_evidence=is_evidence,
     )
+    # Envelopes are encrypted: retention learns which artifacts a checkpoint names from here.
+    references_record(checkpoint=checkpoint, envelope=envelope)
+    return checkpoint
 
 
 def checkpoint_commit(
@@ -280,6 +286,7 @@ def checkpoint_commit(
         raise InvalidEnvelope(
             f"A commit cannot set the status '{status}'.", fields={"status": status}
         )
+    started = time.monotonic()
     with transaction.atomic():
         run = run_get(tenant=tenant, run_id=run_id)
         reopens = operator_override and run.status == RunStatus.FAILED
@@ -366,6 +373,7 @@ def checkpoint_commit(
             payload={"run_id": str(run.id), "expected_version": expected_version + 1},
             available_at=next_eligible_at,
         )
+    commit_latency_record(seconds=time.monotonic() - started)
     log.info(
         "checkpoint committed",
         extra={
@@ -440,10 +448,14 @@ def checkpoint_read(
 
 def run_verify(*, tenant: Tenant, run_id: UUID | str) -> dict[str, Any]:
     """Re-check the hash chain and every referenced artifact. Reads only; never raises on
-    damage: each problem is reported as a sentence."""
+    damage: each problem is reported as a sentence. A gap that retention's compaction
+    records explain, with hashes that link, is reported under ``compacted``, not a problem."""
     from checkpoints.services.artifacts import artifact_content
+    from retention.chain import compaction_index
 
     run = run_get(tenant=tenant, run_id=run_id)
+    compactions = compaction_index(run)
+    compacted: list[dict[str, Any]] = []
     problems: list[str] = []
     previous: Checkpoint | None = None
     checked_artifacts: set[str] = set()
@@ -452,9 +464,17 @@ def run_verify(*, tenant: Tenant, run_id: UUID | str) -> dict[str, Any]:
     for checkpoint in checkpoints:
         count += 1
         where = f"checkpoint {checkpoint.sequence}"
-        if previous is not None and checkpoint.sequence != previous.sequence + 1:
-            problems.append(f"{where} follows {previous.sequence}: the history has a gap")
-        if previous is not None and checkpoint.parent_sha256 != previous.sha256:
+        after = (previous.sequence, previous.sha256) if previous is not None else (0, None)
+        if checkpoint.sequence != after[0] + 1:
+            gap_problems, ranges = compactions.bridge(
+                after=after,
+                sequence=checkpoint.sequence,
+                parent_sha256=checkpoint.parent_sha256,
+                where=where,
+            )
+            problems.extend(gap_problems)
+            compacted.extend(ranges)
+        elif previous is not None and checkpoint.parent_sha256 != previous.sha256:
             problems.append(
                 f"{where} names parent hash {checkpoint.parent_sha256[:12]}, "
                 f"but checkpoint {previous.sequence} hashes to {previous.sha256[:12]}"
@@ -488,6 +508,19 @@ def run_verify(*, tenant: Tenant, run_id: UUID | str) -> dict[str, Any]:
                 except IntegrityFailure as exc:
                     problems.append(f"{where}: {exc.detail}")
         previous = checkpoint
-    if previous is not None and previous.sha256 != run.latest_checkpoint_sha256:
+    last = (previous.sequence, previous.sha256) if previous is not None else (0, None)
+    if run.checkpoint_sequence > last[0]:
+        gap_problems, ranges = compactions.bridge(
+            after=last,
+            sequence=run.checkpoint_sequence + 1,
+            parent_sha256=run.latest_checkpoint_sha256,
+            where="the run's latest hash",
+        )
+        problems.extend(gap_problems)
+        compacted.extend(ranges)
+    elif previous is not None and previous.sha256 != run.latest_checkpoint_sha256:
         problems.append("the run's latest hash is not the last checkpoint's hash")
-    return {"ok": not problems, "checkpoints": count, "problems": problems}
+    result = {"ok": not problems, "checkpoints": count, "problems": problems}
+    if compacted:
+        result["compacted"] = compacted
+    return result

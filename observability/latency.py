@@ -1,0 +1,81 @@
+"""Commit latency, recorded across processes.
+
+Every process that commits (web, each worker) appends one ``CommitLatencySample`` row
+after the commit. ``latency_rollup`` (run by the metrics beat task) folds samples older
+than a minute into cumulative bucket totals and deletes them, so the histogram served at
+``/metrics`` is monotonic, covers every process, and the sample table stays small.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.db import DatabaseError, transaction
+from django.db.models import Count, F, Q, Sum
+from django.utils import timezone
+
+from retention.models import CommitLatencySample, MetricTotal
+
+log = logging.getLogger("cairn.metrics")
+
+COMMIT_LATENCY = "cairn_checkpoint_commit_seconds"
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+ROLLUP_AGE = timedelta(seconds=60)
+
+
+def commit_latency_record(*, seconds: float) -> None:
+    """Append one sample. A metrics failure never fails the commit that was just made."""
+    try:
+        CommitLatencySample.objects.create(seconds=max(0.0, seconds))
+    except DatabaseError:
+        log.warning("commit latency sample not recorded", exc_info=True)
+
+
+def _le(bound: float) -> str:
+    return f'le="{bound:g}"'
+
+
+def _fold(samples: Q | None = None) -> dict[str, float]:
+    """Cumulative bucket counts, count and sum of the samples matching ``samples``."""
+    rows = CommitLatencySample.objects.filter(samples or Q())
+    aggregates = {f"b{i}": Count("id", filter=Q(seconds__lte=b)) for i, b in enumerate(BUCKETS)}
+    values = rows.aggregate(total=Count("id"), seconds=Sum("seconds"), **aggregates)
+    folded = {_le(b): float(values[f"b{i}"]) for i, b in enumerate(BUCKETS)}
+    folded['le="+Inf"'] = float(values["total"])
+    folded["count"] = float(values["total"])
+    folded["sum"] = float(values["seconds"] or 0.0)
+    return folded
+
+
+def latency_histogram() -> dict[str, float]:
+    """The whole histogram: rolled-up totals plus the samples not rolled up yet."""
+    totals = dict(MetricTotal.objects.filter(name=COMMIT_LATENCY).values_list("labels", "value"))
+    live = _fold()
+    return {key: totals.get(key, 0.0) + value for key, value in live.items()}
+
+
+def latency_rollup(*, limit: int = 10_000) -> int:
+    """Fold up to ``limit`` samples older than a minute into the totals and delete them.
+
+    Atomic: the totals and the deletion commit together, over one explicit list of ids, so
+    a sample is counted exactly once. Concurrent rollups serialize on the count row.
+    """
+    cutoff = timezone.now() - ROLLUP_AGE
+    with transaction.atomic():
+        count_row, _ = MetricTotal.objects.get_or_create(name=COMMIT_LATENCY, labels="count")
+        MetricTotal.objects.select_for_update().filter(pk=count_row.pk).get()
+        ids = list(
+            CommitLatencySample.objects.filter(created_at__lt=cutoff)
+            .order_by("id")
+            .values_list("id", flat=True)[:limit]
+        )
+        if not ids:
+            return 0
+        for labels, value in _fold(Q(id__in=ids)).items():
+            MetricTotal.objects.get_or_create(name=COMMIT_LATENCY, labels=labels)
+            MetricTotal.objects.filter(name=COMMIT_LATENCY, labels=labels).update(
+                value=F("value") + value
+            )
+        CommitLatencySample.objects.filter(id__in=ids).delete()
+    return len(ids)
