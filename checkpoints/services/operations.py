@@ -6,7 +6,8 @@ API caller that marks nothing pending before calling its provider). Confirmed an
 are final. Repeating the move that produced the current status with the same data is
 answered with the record unchanged, so a retried API call is harmless; any other move
 raises OperationStateConflict. Every status change writes an audit event in its
-transaction.
+transaction, and settling the last open operation of a ``cancelling`` run finishes the
+cancel (``checkpoints.services.cancel.run_cancel_complete``) in the same transaction.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from checkpoints.errors import (
     RunNotActive,
     SecretInEnvelope,
 )
-from checkpoints.models import ExternalOperation, OperationStatus, Run
+from checkpoints.models import ExternalOperation, OperationStatus, Run, RunStatus
+from checkpoints.services.cancel import run_cancel_complete
 from checkpoints.services.checkpoints import run_get
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record
@@ -306,6 +308,12 @@ def _move(
     return operation
 
 
+def _finish_cancel_if_settled(operation: ExternalOperation, actor: Actor) -> None:
+    """A run being cancelled waits for its open operations; settling the last one ends it."""
+    if Run.objects.filter(pk=operation.run_id, status=RunStatus.CANCELLING).exists():
+        run_cancel_complete(tenant=operation.tenant, run_id=operation.run_id, actor=actor)
+
+
 def operation_mark_pending(*, operation_id: UUID, actor: Actor) -> ExternalOperation:
     """reserved → pending: the provider is about to be called. Atomic; audited.
 
@@ -372,7 +380,7 @@ def operation_confirm(
     _check_no_secret(result, "result")
     with transaction.atomic():
         operation = _locked(operation_id)
-        return _move(
+        operation = _move(
             operation,
             OperationStatus.CONFIRMED,
             actor=actor,
@@ -386,6 +394,8 @@ def operation_confirm(
                 ),
             },
         )
+        _finish_cancel_if_settled(operation, actor)
+    return operation
 
 
 def operation_fail(
@@ -403,7 +413,7 @@ def operation_fail(
         raise InvalidRequest("Say why the operation failed.", fields={"reason": "required"})
     with transaction.atomic():
         operation = _locked(operation_id)
-        return _move(
+        operation = _move(
             operation,
             OperationStatus.FAILED,
             actor=actor,
@@ -411,6 +421,8 @@ def operation_fail(
             reason=reason,
             same=True,
         )
+        _finish_cancel_if_settled(operation, actor)
+    return operation
 
 
 def operation_mark_unknown(
