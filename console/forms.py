@@ -49,6 +49,7 @@ class RunFilterForm(forms.Form):
     sort = forms.ChoiceField(required=False, choices=SORT_CHOICES)
 
     def __init__(self, *args: object, tenant: Tenant, **kwargs: object) -> None:
+        kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
         types = (
             WorkflowDefinition.objects.filter(Q(tenant=tenant) | Q(tenant__isnull=True))
