@@ -78,8 +78,11 @@ class ForkForm(ActionForm):
             .values_list("sequence", "state", "step", "created_at")[:FORK_CHOICES_LIMIT]
         )
         self.fields["from_sequence"].choices = [
-            (seq, f"#{seq} · {state}{f' / {step}' if step and step != state else ''} · "
-             f"{created:%Y-%m-%d %H:%M:%S}")
+            (
+                seq,
+                f"#{seq} · {state}{f' / {step}' if step and step != state else ''} · "
+                f"{created:%Y-%m-%d %H:%M:%S}",
+            )
             for seq, state, step, created in rows
         ]
 
@@ -92,7 +95,7 @@ class ForkForm(ActionForm):
         except json.JSONDecodeError as exc:
             raise forms.ValidationError(f"This is not JSON: {exc.msg} (line {exc.lineno}).")
         if not isinstance(value, dict):
-            raise forms.ValidationError("The patch must be a JSON object, like {\"lang\": \"de\"}.")
+            raise forms.ValidationError('The patch must be a JSON object, like {"lang": "de"}.')
         return value
 
 
@@ -128,13 +131,6 @@ class GrantBudgetForm(ActionForm):
             raise forms.ValidationError("Name what to grant: attempts, tokens, cost or a deadline.")
         return data
 
-    def grant(self) -> dict[str, Any]:
-        return {
-            k: self.cleaned_data[k]
-            for k in ("attempts", "tokens", "cost", "deadline")
-            if self.cleaned_data.get(k) is not None
-        }
-
 
 class RecordOutcomeForm(ActionForm):
     outcome = forms.ChoiceField(
@@ -153,6 +149,11 @@ class RecordOutcomeForm(ActionForm):
     )
 
     field_order = ["outcome", "provider_operation_id", "reason", "version"]
+
+    def __init__(self, *args: Any, run: Run, **kwargs: Any) -> None:
+        super().__init__(*args, run=run, **kwargs)
+        self.fields["reason"].label = "How do you know?"
+        self.fields["reason"].help_text = "Recorded with the outcome in the audit trail."
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

@@ -1,6 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
+from console import actions
 from console.views import checkpoints, health, home, run_detail, runs
 
 app_name = "console"
@@ -20,6 +21,12 @@ urlpatterns = [
     path("runs/rows/", runs.run_rows, name="run_rows"),
     path("runs/<uuid:run_id>/", run_detail.run_detail, name="run_detail"),
     path("runs/<uuid:run_id>/snapshot/", run_detail.run_snapshot, name="run_snapshot"),
+    path("runs/<uuid:run_id>/actions/<str:action>/", actions.run_action, name="run_action"),
+    path(
+        "runs/<uuid:run_id>/operations/<str:key>/outcome/",
+        actions.operation_outcome,
+        name="operation_outcome",
+    ),
     path(
         "runs/<uuid:run_id>/artifacts/<uuid:artifact_id>/",
         run_detail.artifact_view,

@@ -1,0 +1,252 @@
+"""The console's action forms: reason, confirmation of what will happen, the version the
+page loaded, refusals, permissions and htmx swaps."""
+
+from __future__ import annotations
+
+import pytest
+from django.template import Context, Template
+from django.test import Client
+
+from checkpoints.models import ExternalOperation, Run, RunStatus
+from console.access import ConsoleAccess
+from tenants.services import Actor, permissions_of
+from tests.actions_support import advance, audit_events, operation, worker_run
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def wrun(acme, bob):  # noqa: ANN001
+    run = worker_run(acme, bob)
+    return advance(advance(run, bob, "draft_answer"), bob, "review")
+
+
+@pytest.fixture
+def console(bob) -> Client:  # noqa: ANN001
+    client = Client()
+    client.force_login(bob)
+    return client
+
+
+def action_url(run, action: str) -> str:  # noqa: ANN001
+    return f"/runs/{run.pk}/actions/{action}/"
+
+
+def post(client, run, action: str, confirm: bool = False, **data):  # noqa: ANN001, ANN003, ANN201
+    body = {"version": run.version, "reason": "because", **data}
+    if confirm:
+        body["confirm"] = "1"
+    return client.post(action_url(run, action), body)
+
+
+def test_the_run_page_offers_the_actions_with_the_version_it_shows(console, wrun):
+    page = console.get(f"/runs/{wrun.pk}/").content.decode()
+    for action in ("cancel", "retry", "fork"):
+        assert f'data-action="{action}"' in page
+    assert 'data-action="resume"' not in page  # waiting for approval: decide it instead
+    assert 'data-action="grant_budget"' not in page
+    assert f'<input type="hidden" name="version" value="{wrun.version}">' in page
+
+
+def test_the_actions_panel_makes_no_queries_whatever_the_operations(acme, bob, wrun):
+    operations = [operation(wrun, f"k{i}", "unknown") for i in range(5)]
+    access = ConsoleAccess(
+        tenant=acme, permissions=permissions_of(user=bob, tenant=acme), actor=Actor(user=bob)
+    )
+    template = Template("{% load console_actions %}{% actions_panel %}")
+    context = Context({"run": wrun, "access": access, "operations": operations})
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        html = template.render(context)
+    assert len(queries) == 0
+    assert html.count("Record outcome…") == 5
+
+
+def test_cancel_asks_for_confirmation_before_doing_anything(console, wrun):
+    response = post(console, wrun, "cancel")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "What will happen" in html and "becomes cancelled" in html
+    assert 'name="confirm" value="1"' in html
+    wrun.refresh_from_db()
+    assert wrun.status == RunStatus.WAITING_APPROVAL
+    assert not audit_events(wrun, "run.cancel")
+
+
+def test_confirmed_cancel_cancels_and_returns_to_the_run_page(console, wrun):
+    response = post(console, wrun, "cancel", confirm=True, reason="customer withdrew")
+    assert response.status_code == 302
+    assert response["Location"] == f"/runs/{wrun.pk}/"
+    wrun.refresh_from_db()
+    assert wrun.status == RunStatus.CANCELLED
+    (event,) = audit_events(wrun, "run.cancel")
+    assert (event.actor_label, event.reason) == ("bob", "customer withdrew")
+    page = console.get(response["Location"]).content.decode()
+    assert "Cancelled." in page
+    assert "No action applies" not in page  # a cancelled run can still be forked
+    assert 'data-action="cancel"' not in page
+
+
+def test_an_action_without_a_reason_is_refused_with_a_form_error(console, wrun):
+    response = post(console, wrun, "cancel", confirm=True, reason="  ")
+    assert "This field is required." in response.content.decode()
+    wrun.refresh_from_db()
+    assert wrun.status == RunStatus.WAITING_APPROVAL
+
+
+def test_a_stale_version_is_refused_before_confirmation(console, wrun, bob):
+    seen = wrun.version
+    moved = advance(wrun, bob, "review", status="paused_for_review")
+    response = console.post(
+        action_url(moved, "cancel"), {"version": seen, "reason": "x", "confirm": "1"}
+    )
+    html = response.content.decode()
+    assert f"you saw version {seen}, it is now at version {moved.version}" in html
+    assert "Reload the run" in html
+    moved.refresh_from_db()
+    assert moved.status == RunStatus.PAUSED_FOR_REVIEW
+    assert not audit_events(moved, "run.cancel")
+
+
+def test_retry_confirms_the_move_then_appends_a_checkpoint(console, wrun):
+    confirm = post(console, wrun, "retry", step="draft").content.decode()
+    assert "Checkpoint #4 is appended" in confirm and "from state review to draft_answer" in confirm
+    response = post(console, wrun, "retry", confirm=True, step="draft")
+    assert response.status_code == 302
+    wrun.refresh_from_db()
+    assert (wrun.state, wrun.checkpoint_sequence, wrun.status) == ("draft_answer", 4, "running")
+
+
+def test_retry_offers_only_the_workflows_steps(console, wrun):
+    form = console.get(action_url(wrun, "retry")).content.decode()
+    assert '<option value="draft">draft (state draft_answer)</option>' in form
+    response = post(console, wrun, "retry", confirm=True, step="review")
+    assert "Select a valid choice" in response.content.decode()
+    wrun.refresh_from_db()
+    assert wrun.state == "review"
+
+
+def test_fork_confirmation_names_the_effects_that_may_happen_again(console, wrun, bob):
+    run = advance(wrun, bob, "publish")
+    operation(run, "pub-1", "confirmed")
+    html = post(console, run, "fork", from_sequence=2, inputs_patch='{"lang": "de"}').content
+    html = html.decode()
+    assert 'data-warning="pub-1"' in html
+    assert "confirmed after checkpoint 2" in html
+    assert "Inputs changed: lang." in html
+    assert Run.objects.count() == 1
+    response = post(
+        console, run, "fork", confirm=True, from_sequence=2, inputs_patch='{"lang": "de"}'
+    )
+    fork = Run.objects.exclude(pk=run.pk).get()
+    assert response["Location"] == f"/runs/{fork.pk}/"
+    assert (fork.forked_from_run_id, fork.forked_from_checkpoint.sequence) == (run.pk, 2)
+    page = console.get(response["Location"]).content.decode()
+    assert "may happen again: pub-1" in page
+    assert 'id="fork-parent"' in page
+
+
+def test_fork_refuses_a_patch_that_is_not_a_json_object(console, wrun):
+    html = post(console, wrun, "fork", from_sequence=1, inputs_patch="[1]").content.decode()
+    assert "must be a JSON object" in html
+    html = post(console, wrun, "fork", from_sequence=1, inputs_patch="{nope").content.decode()
+    assert "This is not JSON" in html
+
+
+def test_grant_budget_shows_the_limits_before_and_after(console, acme, bob):
+    run = worker_run(acme, bob, budget={"max_attempts": 2})
+    failed = advance(run, bob, "collect_sources", status="failed")
+    html = post(console, failed, "grant_budget", attempts=3).content.decode()
+    assert "Attempts: limit 2 → 5." in html and "stays failed until you resume it" in html
+    post(console, failed, "grant_budget", confirm=True, attempts=3)
+    failed.refresh_from_db()
+    assert failed.budget_limits["max_attempts"] == 5
+    empty = post(console, failed, "grant_budget").content.decode()
+    assert "Name what to grant" in empty
+
+
+def test_resume_is_blocked_while_the_budget_is_exhausted(console, acme, bob):
+    run = worker_run(acme, bob, budget={"max_attempts": 1})
+    failed = advance(
+        run, bob, "collect_sources", envelope={"budgets": {"attempts_used": 1}}, status="failed"
+    )
+    html = post(console, failed, "resume").content.decode()
+    assert "Grant more budget first" in html
+    assert "Resume the run</button>" not in html
+
+
+def test_a_refusal_of_the_service_is_shown_as_a_sentence(console, wrun):
+    operation(wrun, "pub-1", "unknown")
+    html = post(console, wrun, "retry", confirm=True, step="draft").content.decode()
+    assert "have no known outcome" in html or "outcome is not settled" in html
+    wrun.refresh_from_db()
+    assert wrun.state == "review"
+
+
+def test_recording_an_outcome_finishes_a_waiting_cancel(console, wrun):
+    operation(wrun, "pub-1", "pending")
+    post(console, wrun, "cancel", confirm=True)
+    wrun.refresh_from_db()
+    assert wrun.status == RunStatus.CANCELLING
+    page = console.get(f"/runs/{wrun.pk}/").content.decode()
+    assert f"/runs/{wrun.pk}/operations/pub-1/outcome/" in page
+    url = f"/runs/{wrun.pk}/operations/pub-1/outcome/"
+    body = {"version": wrun.version, "reason": "seen on the site", "outcome": "confirmed"}
+    missing_id = console.post(url, body).content.decode()
+    assert "Give the provider" in missing_id
+    confirm = console.post(url, {**body, "provider_operation_id": "pp-7"}).content.decode()
+    assert "recorded as confirmed with provider id pp-7" in confirm
+    assert "becomes cancelled" in confirm
+    response = console.post(url, {**body, "provider_operation_id": "pp-7", "confirm": "1"})
+    assert response.status_code == 302
+    op = ExternalOperation.objects.get(idempotency_key="pub-1")
+    wrun.refresh_from_db()
+    assert (op.status, op.provider_operation_id, wrun.status) == ("confirmed", "pp-7", "cancelled")
+
+
+def test_htmx_gets_the_form_as_a_fragment_and_a_client_redirect_at_the_end(console, wrun):
+    fragment = console.get(
+        action_url(wrun, "cancel") + f"?version={wrun.version}", HTTP_HX_REQUEST="true"
+    )
+    html = fragment.content.decode()
+    assert "<html" not in html and 'class="action-body card"' in html
+    assert 'hx-target="closest .action-body"' in html
+    done = console.post(
+        action_url(wrun, "cancel"),
+        {"version": wrun.version, "reason": "x", "confirm": "1"},
+        HTTP_HX_REQUEST="true",
+    )
+    assert done.status_code == 200
+    assert done["HX-Redirect"] == f"/runs/{wrun.pk}/"
+
+
+def test_a_reviewer_may_not_open_or_post_an_action(carol, wrun):
+    client = Client()
+    client.force_login(carol)
+    assert client.get(action_url(wrun, "cancel")).status_code == 403
+    assert client.post(action_url(wrun, "cancel"), {"version": 3, "reason": "x"}).status_code == 403
+    wrun.refresh_from_db()
+    assert wrun.status == RunStatus.WAITING_APPROVAL
+
+
+def test_another_tenants_run_is_not_found(charlie, wrun):
+    client = Client()
+    client.force_login(charlie)
+    response = client.post(
+        action_url(wrun, "cancel"), {"version": wrun.version, "reason": "x", "confirm": "1"}
+    )
+    assert response.status_code == 404
+    assert client.get(f"/runs/{wrun.pk}/operations/x/outcome/").status_code == 404
+    wrun.refresh_from_db()
+    assert wrun.status == RunStatus.WAITING_APPROVAL
+
+
+def test_an_unknown_action_is_not_found(console, wrun):
+    assert console.get(action_url(wrun, "explode")).status_code == 404
+
+
+def test_signed_out_visitors_are_sent_to_sign_in(client, wrun):
+    response = client.get(action_url(wrun, "cancel"))
+    assert response.status_code == 302 and "/login/" in response["Location"]
