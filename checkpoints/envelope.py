@@ -205,19 +205,35 @@ def sha256_of(envelope: dict[str, Any]) -> str:
 
 # --- Credentials never belong in an envelope ----------------------------------------------
 _SECRET_PATTERNS = [
-    ("PEM private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
+    ("PEM private key", re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----")),
     ("Authorization header", re.compile(r"(?i)\b(authorization|proxy-authorization)\s*:\s*\S")),
     ("bearer token", re.compile(r"(?i)\bbearer\s+[A-Za-z0-9\-._~+/]{20,}")),
     ("OpenAI-style API key", re.compile(r"\bsk-[A-Za-z0-9_\-]{20,}")),
     ("AWS access key id", re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b")),
     ("GitHub token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}")),
+    ("GitHub fine-grained token", re.compile(r"\bgithub_pat_[A-Za-z0-9_]{40,}")),
+    ("GitLab token", re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}")),
     ("Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
+    ("Slack webhook", re.compile(r"hooks\.slack\.com/services/T[A-Za-z0-9]+/B[A-Za-z0-9]+/\w+")),
     ("Google API key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b")),
     ("Stripe secret key", re.compile(r"\b[rs]k_live_[0-9A-Za-z]{16,}")),
+    ("Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
+    ("npm token", re.compile(r"\bnpm_[A-Za-z0-9]{36}\b")),
+    ("SendGrid key", re.compile(r"\bSG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{16,}")),
+    (
+        "JSON Web Token",
+        re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+    ),
+    ("Azure storage key", re.compile(r"(?i)\bAccountKey=[A-Za-z0-9+/]{40,}")),
+    ("password in a URL", re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@]+:[^/\s:@]+@[^\s]")),
     ("Cairn API token", re.compile(r"\bcairn_[A-Za-z0-9_\-]{30,}")),
 ]
+# Keys whose non-empty string value must be a reference (env:NAME, file:NAME): "password",
+# "db_password", "apiKey", "x-api-key", "client_secret", "refresh_token", "Authorization"…
 _SECRET_KEY_NAMES = re.compile(
-    r"(?i)^(password|passwd|secret|api_key|apikey|access_token|private_key|authorization)$"
+    r"(?i)^(.*[_\-])?(password|passwd|pwd|secret|client[_\-]?secret|secret[_\-]?key|"
+    r"api[_\-]?key|x-api-key|(access|refresh|auth|api|bearer|session|id)[_\-]?token|"
+    r"private[_\-]?key|authorization|proxy-authorization|cookie|set-cookie)$"
 )
 
 

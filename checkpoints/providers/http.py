@@ -20,8 +20,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from cairn.secrets import SecretUnavailable, secret_resolve
 from checkpoints.providers.base import EffectRequest, Outcome, ProviderResult
-from checkpoints.providers.secrets import SecretUnavailable, secret_resolve
 
 MAX_RESPONSE_BYTES = 1024 * 1024
 
@@ -49,7 +49,7 @@ class HttpProvider:
     lookup_path: str | None = "/publications/by-key/{key}"
     lookup_reference_path: str | None = "/publications?client_reference={reference}"
     timeout_seconds: float = 5.0
-    # A secret reference (env:NAME or file:PATH), resolved at each call, never stored.
+    # A secret reference (env:NAME or file:NAME), resolved at each call, never stored.
     auth_ref: str = ""
     auth_scheme: str = "Bearer"
     extra_headers: dict[str, str] = field(default_factory=dict)

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from django.conf import settings
 
-from checkpoints.runtime.secrets import SecretUnavailable, secret_resolve
+from cairn.secrets import SecretUnavailable, secret_resolve
 
 
 class ModelError(Exception):
