@@ -167,13 +167,19 @@ def test_the_first_checkpoint_has_no_parent_to_compare(bob, story):  # noqa: ANN
     assert "No parent to compare with." in html
 
 
-def test_the_checkpoint_page_reports_a_broken_hash_chain(bob, story):  # noqa: ANN001
-    from django.db.models import QuerySet
+def test_the_checkpoint_page_reports_a_damaged_history(bob, story):  # noqa: ANN001
+    # Checkpoints cannot be altered (PostgreSQL refuses it), so damage what can be:
+    # the stored artifact and the run's head hash.
+    from django.core.files.storage import default_storage
 
-    QuerySet.update(Checkpoint.objects.filter(run=story, sequence=2), parent_sha256="0" * 64)
+    artifact = Artifact.objects.get(tenant=story.tenant)
+    with default_storage.open(artifact.storage_name, "wb") as handle:
+        handle.write(b"garbage")
+    Run.objects.filter(pk=story.pk).update(latest_checkpoint_sha256="0" * 64)
     html = page(bob, "console:checkpoint_detail", story.pk, 3)
-    assert "Verification failed" in html
-    assert "checkpoint 2 names parent hash 000000000000" in html
+    assert "Verification failed (2 problems)" in html
+    assert f"checkpoint 3: Artifact {artifact.pk} cannot be read" in html
+    assert "the run&#x27;s latest hash is not the last checkpoint&#x27;s hash" in html
 
 
 def test_opening_a_checkpoint_audits_both_decrypting_reads(bob, story):  # noqa: ANN001
