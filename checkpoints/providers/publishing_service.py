@@ -130,6 +130,7 @@ class Store:
                 "publications": len(self.publications),
                 "by_key": dict(self.created),
                 "by_target": dict(by_target),
+                "ids": {key: p["id"] for key, p in self.publications.items()},
                 "perform_requests": dict(self.perform_requests),
             }
 

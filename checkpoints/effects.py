@@ -1,0 +1,369 @@
+"""The effect API for step code: one external side effect, performed exactly once.
+
+    from checkpoints.effects import effect_perform
+
+    @wf.effect("publish", next="done", action="publish")
+    def publish(ctx):
+        done = effect_perform(ctx, target="blog/why", request={"title": ..., "body": ...})
+        return {"provider_operation_id": done.provider_operation_id}
+
+The protocol (DESIGN.md, "Side effect"):
+
+1. derive the idempotency key from the run, the step, the action, the target (and an
+   optional ``name`` for several effects of one step) and reserve it; the request's
+   fingerprint is stored with it, so a re-run that would send a *different* request under
+   the same key is refused instead of published twice;
+2. mark the operation pending and commit a ``pending`` checkpoint, in one transaction;
+3. call the provider with the key;
+4. store the provider's operation id and result (operation ``confirmed``);
+5. commit the post-action checkpoint (the side effect ``confirmed`` in the envelope).
+
+A step that runs again after a crash finds its operation by key and never calls blindly:
+confirmed → the stored result is returned with no call; pending → the provider is asked
+first, and the request is sent again (same key, deduplicated by the provider) only when the
+provider has no record of it; unknown → the step gives way to the restore, whose
+reconciliation pauses the run for a person when the provider still cannot tell. A failed
+operation did not happen: a later run of the step sends it under the next key
+(the key ending ``.2``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from checkpoints.errors import (
+    ConcurrentCheckpointWrite,
+    IdempotencyKeyReused,
+    LeaseHeld,
+    RunNotActive,
+)
+from checkpoints.models import ExternalOperation, OperationStatus
+from checkpoints.providers.base import EffectRequest, Outcome, Provider, ProviderResult
+from checkpoints.providers.registry import PUBLISHING, provider_get
+from checkpoints.runtime.context import StepContext
+from checkpoints.runtime.errors import LeaseLost, PermanentStepError, RetryableStepError
+from checkpoints.runtime.registry import workflow_code
+from checkpoints.services.checkpoints import BUDGET_USED_KEYS, checkpoint_commit
+from checkpoints.services.operations import (
+    operation_attempt,
+    operation_confirm,
+    operation_fail,
+    operation_mark_pending,
+    operation_mark_unknown,
+    operation_note,
+    operation_reserve,
+    operation_result,
+    request_fingerprint,
+)
+from tenants.services import Actor
+
+log = logging.getLogger("cairn.effects")
+
+# The places a worker can die in the protocol; the crash tests stop a worker at each.
+BOUNDARIES = ("reserved", "pending", "accepted", "stored", "checkpointed")
+
+
+@dataclass(frozen=True)
+class EffectDone:
+    idempotency_key: str
+    provider_operation_id: str
+    result: dict[str, Any]
+    replayed: bool  # True when the outcome was already known: no provider call was made
+
+
+def effect_key(
+    *, run_id: object, step: str, action: str, target: str, name: str = "", generation: int = 1
+) -> str:
+    """The stable idempotency key of one intended effect of one step of one run."""
+    digest = hashlib.sha256(f"{run_id}|{step}|{action}|{target}|{name}".encode()).hexdigest()
+    return f"cairn.{run_id}.{digest[:20]}.{generation}"
+
+
+def _test_crash_point(boundary: str) -> None:
+    """Test-only: SIGKILL this worker at ``boundary`` when CAIRN_TEST_CRASH_AT names it.
+
+    It fires once: CAIRN_TEST_CRASH_MARKER names a file created at the crash, and an
+    existing marker disarms it, so the resumed worker goes through.
+    """
+    if os.environ.get("CAIRN_TEST_CRASH_AT") != boundary:
+        return
+    marker = os.environ.get("CAIRN_TEST_CRASH_MARKER", "")
+    if marker:
+        try:
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return
+        os.write(fd, boundary.encode())
+        os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _Effect:
+    """One call of ``effect_perform``: the step's context, the operation, the provider."""
+
+    def __init__(self, ctx: StepContext, provider: Provider, request: EffectRequest) -> None:
+        self.ctx = ctx
+        self.provider = provider
+        self.request = request
+        # The runtime's lease keeper: effect checkpoints are committed under its lease and
+        # version, exactly like the step's own commit that follows.
+        self.keeper = ctx._keeper
+        self.actor = Actor.system(f"worker {self.keeper.owner}")
+        code = workflow_code(ctx.workflow_type, ctx.workflow_version)
+        self.code_version = code.code_version if code else ""
+
+    # --- the envelope's side-effects group --------------------------------------------------
+    def entry_status(self, key: str) -> str | None:
+        for item in self.ctx.side_effects:
+            if item.get("idempotency_key") == key:
+                return item.get("status")
+        return None
+
+    def commit(self, operation: ExternalOperation, *, mark_pending: bool = False) -> None:
+        """Commit a checkpoint at the step's state whose side-effects group shows the
+        operation's status; with ``mark_pending`` the operation becomes pending in the same
+        transaction. Raises LeaseLost when the run moved on."""
+        status = OperationStatus.PENDING if mark_pending else operation.status
+        entry = {
+            "idempotency_key": operation.idempotency_key,
+            "action": operation.action,
+            "target": operation.target[:500],
+            "provider_operation_id": operation.provider_operation_id or None,
+            "status": status,
+        }
+        effects = [
+            e for e in self.ctx.side_effects if e.get("idempotency_key") != entry["idempotency_key"]
+        ]
+        effects.append(entry)
+        # The renewal thread also writes under the lease version: keep it still while the
+        # version moves.
+        self.keeper.stop_renewing()
+        try:
+            used = self.keeper.flush_elapsed()
+            with transaction.atomic():
+                if mark_pending:
+                    operation_mark_pending(operation_id=operation.id, actor=self.actor)
+                result = checkpoint_commit(
+                    tenant=self.ctx.tenant,
+                    run_id=self.ctx.run_id,
+                    expected_version=self.keeper.version,
+                    state=self.ctx.state,
+                    step=self.ctx.step,
+                    envelope={
+                        "side_effects": effects,
+                        "budgets": {key: used[key] for key in BUDGET_USED_KEYS},
+                    },
+                    actor=self.actor,
+                    lease_owner=self.keeper.owner,
+                    pending_action=operation.idempotency_key if mark_pending else None,
+                    code_version=self.code_version,
+                    is_evidence=True,
+                )
+            self.keeper.version = result.run_version
+            self.ctx.side_effects[:] = effects
+        except (ConcurrentCheckpointWrite, LeaseHeld, RunNotActive) as exc:
+            raise LeaseLost(exc.detail)
+        finally:
+            self.keeper.start_renewing()
+
+    # --- outcomes ---------------------------------------------------------------------------
+    def done(self, operation: ExternalOperation, *, replayed: bool) -> EffectDone:
+        if self.entry_status(operation.idempotency_key) != OperationStatus.CONFIRMED:
+            self.commit(operation)  # the post-action checkpoint
+            _test_crash_point("checkpointed")
+        return EffectDone(
+            idempotency_key=operation.idempotency_key,
+            provider_operation_id=operation.provider_operation_id,
+            result=operation_result(operation) or {},
+            replayed=replayed,
+        )
+
+    def confirm(self, operation: ExternalOperation, answer: ProviderResult) -> EffectDone:
+        operation = operation_confirm(
+            operation_id=operation.id,
+            provider_operation_id=answer.provider_operation_id,
+            result=answer.result,
+            actor=self.actor,
+        )
+        _test_crash_point("stored")
+        return self.done(operation, replayed=False)
+
+    def failed(self, operation: ExternalOperation, reason: str) -> PermanentStepError:
+        operation_fail(operation_id=operation.id, reason=reason, actor=self.actor)
+        return PermanentStepError(
+            f"{self.provider.name} refused {operation.action} on {operation.target} "
+            f"(operation {operation.idempotency_key}): {reason}"
+        )
+
+    def unknown(self, operation: ExternalOperation, reason: str) -> RetryableStepError:
+        # The restore that follows reconciles it and, if the provider still cannot tell,
+        # pauses the run for a person: the step never decides an ambiguity by itself.
+        operation_mark_unknown(operation_id=operation.id, actor=self.actor, reason=reason)
+        return RetryableStepError(
+            f"the outcome of operation {operation.idempotency_key} is unknown: {reason}",
+            delay_seconds=0,
+        )
+
+    def later(self, operation: ExternalOperation, reason: str) -> RetryableStepError:
+        operation_note(operation_id=operation.id, note=reason)
+        return RetryableStepError(
+            f"operation {operation.idempotency_key} is still pending: {reason}"
+        )
+
+    # --- the protocol -----------------------------------------------------------------------
+    def run(self, operation: ExternalOperation) -> EffectDone:
+        if operation.status == OperationStatus.CONFIRMED:
+            return self.done(operation, replayed=True)
+        if operation.status == OperationStatus.UNKNOWN:
+            raise RetryableStepError(
+                f"the outcome of operation {operation.idempotency_key} is unknown; it is "
+                "reconciled before the step runs again",
+                delay_seconds=0,
+            )
+        if operation.status == OperationStatus.PENDING:
+            # Sent before (or about to be) by a worker that died: ask before anything else.
+            answer = self.provider.lookup(
+                key=operation.idempotency_key, client_reference=operation.client_reference
+            )
+            if answer.outcome == Outcome.CONFIRMED:
+                return self.confirm(operation, answer)
+            if answer.outcome == Outcome.FAILED:
+                raise self.failed(operation, answer.reason)
+            if answer.outcome == Outcome.UNAVAILABLE:
+                raise self.later(operation, answer.reason)
+            if answer.outcome == Outcome.UNKNOWN:
+                raise self.unknown(operation, answer.reason)
+            # Not found: it never reached the provider. Sending it again under the same key
+            # is safe even if the first request is still in flight: the provider dedups.
+        else:
+            self.commit(operation, mark_pending=True)  # the pending checkpoint
+            _test_crash_point("pending")
+        return self.send(operation)
+
+    def send(self, operation: ExternalOperation) -> EffectDone:
+        operation = operation_attempt(operation_id=operation.id, note="sent to the provider")
+        answer = self.provider.perform(key=operation.idempotency_key, request=self.request)
+        log.info(
+            "effect sent",
+            extra={
+                "run": str(operation.run_id),
+                "operation": operation.idempotency_key,
+                "outcome": str(answer.outcome),
+                "attempts": operation.attempts,
+            },
+        )
+        if answer.outcome == Outcome.CONFIRMED:
+            _test_crash_point("accepted")
+            return self.confirm(operation, answer)
+        if answer.outcome == Outcome.FAILED:
+            raise self.failed(operation, answer.reason)
+        if answer.outcome == Outcome.UNAVAILABLE:
+            raise self.later(operation, answer.reason)
+        # It may have happened: ask right away, before the attempt ends.
+        found = self.provider.lookup(
+            key=operation.idempotency_key, client_reference=operation.client_reference
+        )
+        if found.outcome == Outcome.CONFIRMED:
+            return self.confirm(operation, found)
+        if found.outcome == Outcome.FAILED:
+            raise self.failed(operation, found.reason)
+        if found.outcome == Outcome.UNKNOWN:
+            raise self.unknown(operation, f"{answer.reason}; lookup: {found.reason}")
+        raise self.later(operation, f"{answer.reason}; lookup: {found.reason or found.outcome}")
+
+
+def _reserve(
+    ctx: StepContext,
+    *,
+    action: str,
+    target: str,
+    request: dict[str, Any],
+    provider: str,
+    name: str,
+    client_reference: str,
+    actor: Actor,
+) -> ExternalOperation:
+    first = effect_key(run_id=ctx.run_id, step=ctx.step, action=action, target=target, name=name)
+    base = first.rsplit(".", 1)[0] + "."
+    earlier = list(
+        ExternalOperation.objects.filter(run_id=ctx.run_id, idempotency_key__startswith=base)
+        .order_by("created_at", "id")
+        .values_list("status", flat=True)
+    )
+    generation = max(1, len(earlier))
+    if earlier and earlier[-1] == OperationStatus.FAILED:
+        generation += 1  # the last one did not happen: this is a new request
+    key = f"{base}{generation}"
+    try:
+        operation, created = operation_reserve(
+            tenant=ctx.tenant,
+            run_id=ctx.run_id,
+            idempotency_key=key,
+            action=action,
+            target=target,
+            request_fingerprint=request_fingerprint(action=action, target=target, request=request),
+            request=request,
+            step=ctx.step,
+            provider=provider,
+            client_reference=client_reference,
+            actor=actor,
+        )
+    except IdempotencyKeyReused as exc:
+        raise PermanentStepError(
+            f"{exc.detail} The step computed a different request for an effect it had "
+            "already started; it must send the same request when it runs again."
+        )
+    if created:
+        _test_crash_point("reserved")
+    return operation
+
+
+def effect_perform(
+    ctx: StepContext,
+    *,
+    target: str,
+    request: dict[str, Any],
+    provider: str = PUBLISHING,
+    action: str | None = None,
+    name: str = "",
+    client_reference: str = "",
+) -> EffectDone:
+    """Perform ``action`` on ``target`` through the named provider adapter, exactly once for
+    this run and step (see the module docstring for the protocol).
+
+    ``action`` defaults to the one the effect state declares. ``request`` is JSON and holds
+    no secrets (adapters resolve secret references themselves). Returns the provider's
+    operation id and result. Raises RetryableStepError (the provider could not be reached,
+    or the outcome is not known yet), PermanentStepError (the provider refused it, or the
+    request differs from the one reserved under this key) or LeaseLost.
+    """
+    if action is None:
+        code = workflow_code(ctx.workflow_type, ctx.workflow_version)
+        spec = code.steps.get(ctx.state) if code else None
+        action = spec.effect_action if spec and spec.effect_action else ctx.step
+    adapter = provider_get(provider)
+    effect = _Effect(
+        ctx,
+        adapter,
+        EffectRequest(
+            action=action, target=target, payload=request, client_reference=client_reference
+        ),
+    )
+    operation = _reserve(
+        ctx,
+        action=action,
+        target=target,
+        request=request,
+        provider=provider,
+        name=name,
+        client_reference=client_reference,
+        actor=effect.actor,
+    )
+    return effect.run(operation)
