@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from checkpoints.models import ExternalOperation, OperationStatus, Run
+from checkpoints.models import Run
 
 if TYPE_CHECKING:
     from .definition import ApprovalSpec
@@ -42,25 +42,18 @@ def approval_gate(*, run: Run, spec: ApprovalSpec, envelope: dict[str, Any]) -> 
     return ApprovalOutcome.wait("waiting for a reviewer's decision")
 
 
-UNSETTLED = (OperationStatus.PENDING, OperationStatus.UNKNOWN)
-
-
 def operations_reconcile(*, run: Run, envelope: dict[str, Any]) -> str | None:
     """Settle every external operation of the run whose outcome is not known, before any
     new write. Returns None when the run may go on, or a reason to pause it for review.
 
-    Until provider reconciliation plugs in here, any pending or unknown operation pauses
-    the run: Cairn never calls a provider blindly a second time.
+    The reconciler (``checkpoints.services.reconcile``) asks each provider by idempotency
+    key and records confirmed and failed answers. An operation the provider has no record
+    of stays pending (the effect step sends it again under the same key, which the provider
+    deduplicates); one whose provider cannot tell pauses the run, naming it. A provider
+    that cannot be reached leaves its operation pending: the effect step asks again and
+    waits to retry. Cairn never calls a provider blindly a second time.
     """
-    unsettled = list(
-        ExternalOperation.objects.filter(run=run, status__in=UNSETTLED).values_list(
-            "idempotency_key", "status"
-        )[:5]
-    )
-    if not unsettled:
-        return None
-    named = ", ".join(f"{key} ({status})" for key, status in unsettled)
-    return (
-        f"external operation(s) {named} have no confirmed outcome; reconcile them before the "
-        "run continues"
-    )
+    from checkpoints.services.reconcile import run_reconcile
+    from tenants.services import Actor
+
+    return run_reconcile(run=run, actor=Actor.system("reconciler")).pause_reason
