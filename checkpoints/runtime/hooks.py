@@ -36,10 +36,13 @@ def approval_gate(*, run: Run, spec: ApprovalSpec, envelope: dict[str, Any]) -> 
 
     Called with the run leased and its latest envelope restored (evidence artifacts by
     name: ``spec.artifact`` names the one under review). This is also where approval expiry
-    is re-evaluated on every restore. Until the approvals app plugs in here, every run at an
-    approval state waits.
+    is re-evaluated on every restore. The approvals app decides (``approvals.runtime``):
+    it raises the hash-bound request, and lets the run go on only with a valid approval for
+    the run's current version, action and artifact sha256, consumed once.
     """
-    return ApprovalOutcome.wait("waiting for a reviewer's decision")
+    from approvals.runtime import runtime_approval_outcome
+
+    return runtime_approval_outcome(run=run, spec=spec, envelope=envelope)
 
 
 def operations_reconcile(*, run: Run, envelope: dict[str, Any]) -> str | None:
