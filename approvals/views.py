@@ -28,7 +28,7 @@ from console.access import console_view
 from tenants import roles
 
 QUEUE_REFRESH_SECONDS = 15
-STATUS_REFRESH_SECONDS = 10
+STATUS_REFRESH_SECONDS = 5
 QUEUE_LIMIT = 200
 
 

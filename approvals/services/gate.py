@@ -22,7 +22,7 @@ from checkpoints.errors import (
     CairnError,
     NotFound,
 )
-from checkpoints.models import Artifact, Run
+from checkpoints.models import Artifact, Checkpoint, Run
 from tenants.services import Actor, audit_record
 
 
@@ -197,6 +197,12 @@ def approval_gate(
                 )
                 return GateVerdict("approved", last)
         starter = run_starter(run)
+        # Who asked for the work: the member who started the run, else the process that did.
+        started_by = (
+            Checkpoint.objects.filter(run_id=run.pk, sequence=1)
+            .values_list("actor", flat=True)
+            .first()
+        )
         fresh = request_insert(
             run=run,
             artifact=artifact,
@@ -204,7 +210,7 @@ def approval_gate(
             expires_at=now + (expires_in or timedelta(seconds=settings.CAIRN_APPROVAL_TTL_SECONDS)),
             required_approvals=required_approvals,
             requester=starter,
-            requester_label=starter.get_username() if starter else actor.name,
+            requester_label=starter.get_username() if starter else (started_by or actor.name),
             actor=actor,
         )
         return GateVerdict("waiting", fresh)
