@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -194,9 +195,77 @@ def validate(envelope: dict[str, Any]) -> None:
         raise EnvelopeInvalid(fields)
 
 
+class _SlowPath(Exception):
+    pass
+
+
+_SAFE_INT = 2**53 - 1
+
+
+def _inspect(value: Any) -> bool:
+    """Walk a JSON value; True when some float must be rewritten as an integer first.
+
+    Raises _SlowPath where the C encoder's output could differ from RFC 8785: a key that is
+    not a string or sorts differently in UTF-16, an integer outside the IEEE 754 safe range,
+    or a float whose ECMAScript form differs from Python's repr.
+    """
+    kind = type(value)
+    if kind is str or value is None or kind is bool:
+        return False
+    if kind is int:
+        if -_SAFE_INT <= value <= _SAFE_INT:
+            return False
+        raise _SlowPath
+    if kind is float:
+        if value != value or value in (float("inf"), float("-inf")):
+            raise _SlowPath
+        if value.is_integer():
+            if abs(value) <= _SAFE_INT:
+                return True  # ECMAScript prints 1.0 as 1 (exact below 2**53)
+            raise _SlowPath
+        if 1e-4 <= abs(value) < 1e16:
+            return False  # shortest round-trip digits, no exponent: repr and ECMAScript agree
+        raise _SlowPath
+    if kind is dict:
+        rewrite = False
+        for key, item in value.items():
+            if type(key) is not str or (not key.isascii() and max(key) > "\uffff"):
+                raise _SlowPath
+            rewrite = _inspect(item) or rewrite
+        return rewrite
+    if kind is list or kind is tuple:
+        rewrite = False
+        for item in value:
+            rewrite = _inspect(item) or rewrite
+        return rewrite
+    raise _SlowPath
+
+
+def _integral_floats_as_ints(value: Any) -> Any:
+    kind = type(value)
+    if kind is float:
+        return int(value) if value.is_integer() else value
+    if kind is dict:
+        return {key: _integral_floats_as_ints(item) for key, item in value.items()}
+    if kind is list or kind is tuple:
+        return [_integral_floats_as_ints(item) for item in value]
+    return value
+
+
 def canonical_json(value: Any) -> bytes:
-    """RFC 8785 canonical JSON: the bytes every hash in Cairn is computed over."""
-    return rfc8785.dumps(value)
+    """RFC 8785 canonical JSON: the bytes every hash in Cairn is computed over.
+
+    The C JSON encoder produces exactly the RFC 8785 bytes for the values ``_inspect``
+    admits; anything else goes through the reference implementation (``rfc8785``), which
+    also raises for what RFC 8785 cannot represent. A property test holds the two equal.
+    """
+    try:
+        if _inspect(value):
+            value = _integral_floats_as_ints(value)
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        return text.encode("utf-8")
+    except (_SlowPath, UnicodeEncodeError):
+        return rfc8785.dumps(value)
 
 
 def sha256_of(envelope: dict[str, Any]) -> str:
@@ -237,19 +306,78 @@ _SECRET_KEY_NAMES = re.compile(
 )
 
 
+# Literal text (lower case) without which a pattern cannot match: one fast substring test
+# spares running the regular expression over the whole envelope. A pattern missing here is
+# always run, so adding a pattern can never weaken the scan.
+_TRIGGERS: dict[str, tuple[str, ...]] = {
+    "PEM private key": ("-----begin",),
+    "Authorization header": ("authorization",),
+    "bearer token": ("bearer",),
+    "OpenAI-style API key": ("sk-",),
+    "AWS access key id": ("akia", "asia"),
+    "GitHub token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    "GitHub fine-grained token": ("github_pat_",),
+    "GitLab token": ("glpat-",),
+    "Slack token": ("xox",),
+    "Slack webhook": ("hooks.slack.com",),
+    "Google API key": ("aiza",),
+    "Stripe secret key": ("k_live_",),
+    "Hugging Face token": ("hf_",),
+    "npm token": ("npm_",),
+    "SendGrid key": ("sg.",),
+    "JSON Web Token": ("eyj",),
+    "Azure storage key": ("accountkey=",),
+    "password in a URL": ("://",),
+    "Cairn API token": ("cairn_",),
+}
+_KEY_WORDS = ("pass", "pwd", "secret", "key", "token", "authorization", "cookie")
+# A credential-named key with a non-reference string value, as it appears in JSON text.
+_SECRET_KEY_IN_JSON = re.compile(
+    r'"(?i:'
+    # Inside one JSON key: [^"]* instead of .*, which would backtrack across the whole text.
+    + _SECRET_KEY_NAMES.pattern.removeprefix("(?i)^").removesuffix("$").replace(".*", '[^"]*')
+    + r')"\s*:\s*"(?!env:|file:|")'
+)
+# JSON escapes whitespace inside strings; put it back so \s in the patterns still matches.
+_WHITESPACE_ESCAPES = (
+    ("\\n", "\n"),
+    ("\\t", "\t"),
+    ("\\r", "\r"),
+    ("\\f", "\f"),
+    ("\\u000b", "\v"),
+)
+
+
 def find_secret(value: Any, path: str = "envelope") -> tuple[str, str] | None:
-    """Return (path, what) of the first value that looks like a credential, else None."""
+    """Return (path, what) of the first value that looks like a credential, else None.
+
+    A scan of the value's JSON text decides the common case (no credential); only a hit
+    pays for the walk that names the path. A property test holds the two equal.
+    """
+    text = json.dumps(value, ensure_ascii=False)
+    for escaped, plain in _WHITESPACE_ESCAPES:
+        text = text.replace(escaped, plain)
+    lowered = text.lower()
+    suspicious = any(
+        (triggers is None or any(t in lowered for t in triggers)) and pattern.search(text)
+        for what, pattern in _SECRET_PATTERNS
+        for triggers in (_TRIGGERS.get(what),)
+    ) or (any(word in lowered for word in _KEY_WORDS) and _SECRET_KEY_IN_JSON.search(text))
+    return _find_secret_path(value, path) if suspicious else None
+
+
+def _find_secret_path(value: Any, path: str) -> tuple[str, str] | None:
     if isinstance(value, dict):
         for key, item in value.items():
             if _SECRET_KEY_NAMES.match(str(key)) and isinstance(item, str) and item:
                 if not item.startswith(("env:", "file:")):
                     return f"{path}.{key}", f"a value under the key '{key}'"
-            found = find_secret(item, f"{path}.{key}")
+            found = _find_secret_path(item, f"{path}.{key}")
             if found:
                 return found
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            found = find_secret(item, f"{path}.{index}")
+            found = _find_secret_path(item, f"{path}.{index}")
             if found:
                 return found
     elif isinstance(value, str):

@@ -8,6 +8,7 @@ raised, so one parent checkpoint has exactly one accepted successor.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -123,7 +124,8 @@ def _check_client_groups(groups: dict[str, Any]) -> None:
             "The envelope has groups a writer may not set.",
             fields={name: "not a writable envelope group" for name in sorted(unknown)},
         )
-    size = len(env.canonical_json(groups))
+    # The C encoder's length is the canonical length to within whitespace-free rounding.
+    size = len(json.dumps(groups, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
     if size > settings.CAIRN_MAX_ENVELOPE_BYTES:
         raise PayloadTooLarge(
             f"The envelope is {size} bytes; the limit is {settings.CAIRN_MAX_ENVELOPE_BYTES}. "
@@ -217,14 +219,30 @@ def checkpoint_build(
     }
 
 
-def checkpoint_insert(
-    *, run: Run, checkpoint_id: UUID, envelope: dict[str, Any], actor: Actor, is_evidence: bool
-) -> Checkpoint:
-    """Validate, hash, seal and insert one checkpoint. Call inside the commit transaction."""
+@dataclass(frozen=True)
+class PreparedEnvelope:
+    """An envelope validated, canonicalized and hashed exactly once."""
+
+    envelope: dict[str, Any]
+    canonical: bytes
+    sha256: str
+
+
+def envelope_prepare(envelope: dict[str, Any]) -> PreparedEnvelope:
+    """Validate against the schema, then canonicalize and hash. Raises InvalidEnvelope."""
     try:
         env.validate(envelope)
     except env.EnvelopeInvalid as exc:
         raise InvalidEnvelope("The envelope breaks its schema.", fields=exc.fields)
+    canonical = env.canonical_json(envelope)
+    return PreparedEnvelope(envelope, canonical, hashlib.sha256(canonical).hexdigest())
+
+
+def checkpoint_insert(
+    *, run: Run, checkpoint_id: UUID, prepared: PreparedEnvelope, actor: Actor, is_evidence: bool
+) -> Checkpoint:
+    """Seal and insert one prepared checkpoint. Call inside the commit transaction."""
+    envelope = prepared.envelope
     identity, position = envelope["identity"], envelope["position"]
     checkpoint = Checkpoint.objects.create(
         id=checkpoint_id,
@@ -235,11 +253,15 @@ def checkpoint_insert(
         state=position["state"],
         step=position["step"],
         schema_version=envelope["schema_version"],
-        envelope_sealed=envelope_seal(
-            tenant_id=run.tenant_id, checkpoint_id=checkpoint_id, envelope=envelope
+        envelope_sealed=crypto.seal(
+            prepared.canonical,
+            tenant_id=run.tenant_id,
+            table=TABLE,
+            row_id=checkpoint_id,
+            field=FIELD,
         ),
         key_id=crypto.keyring().active_id,
-        sha256=env.sha256_of(envelope),
+        sha256=prepared.sha256,
         parent_sha256=identity["parent_sha256"],
         actor=actor.name[:200],
         is_evidence=is_evidence,
@@ -334,13 +356,10 @@ def checkpoint_commit(
             pending_action=pending_action,
             code_version=code_version,
         )
-        try:
-            env.validate(full)
-        except env.EnvelopeInvalid as exc:
-            raise InvalidEnvelope("The envelope breaks its schema.", fields=exc.fields)
+        prepared = envelope_prepare(full)
         _check_budget_monotonic(run, full["budgets"])
         _check_artifacts(tenant, full["evidence"])
-        digest = env.sha256_of(full)
+        digest = prepared.sha256
         new_status = status or _derive_status(run, state)
         updated = Run.objects.filter(pk=run.pk, version=expected_version).update(
             version=F("version") + 1,
@@ -363,7 +382,7 @@ def checkpoint_commit(
         checkpoint = checkpoint_insert(
             run=run,
             checkpoint_id=checkpoint_id,
-            envelope=full,
+            prepared=prepared,
             actor=actor,
             is_evidence=is_evidence,
         )

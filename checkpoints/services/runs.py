@@ -12,7 +12,7 @@ from checkpoints.envelope import canonical_json, find_secret
 from checkpoints.errors import InvalidRequest, PayloadTooLarge, SecretInEnvelope
 from checkpoints.models import Execution, Run, RunStatus
 from checkpoints.services import outbox
-from checkpoints.services.checkpoints import checkpoint_build, checkpoint_insert
+from checkpoints.services.checkpoints import checkpoint_build, checkpoint_insert, envelope_prepare
 from checkpoints.services.workflows import workflow_resolve
 from tenants.models import Tenant
 from tenants.services import Actor
@@ -154,7 +154,11 @@ def genesis(
         groups={**(groups or {}), "inputs": inputs_group},
     )
     checkpoint = checkpoint_insert(
-        run=run, checkpoint_id=checkpoint_id, envelope=envelope, actor=actor, is_evidence=True
+        run=run,
+        checkpoint_id=checkpoint_id,
+        prepared=envelope_prepare(envelope),
+        actor=actor,
+        is_evidence=True,
     )
     run.latest_checkpoint_id = checkpoint.id
     run.latest_checkpoint_sha256 = checkpoint.sha256

@@ -1,0 +1,87 @@
+"""Canonical JSON is RFC 8785 to the byte, and the credential scan's fast path finds what
+the full walk finds."""
+
+from __future__ import annotations
+
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from checkpoints.envelope import _find_secret_path, canonical_json, find_secret
+
+keys = st.text(max_size=8) | st.sampled_from(["\U0001f600", "\ue000", "a\U00010000", "é", "Z"])
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**60), max_value=2**60)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.sampled_from([0.0, -0.0, 1.0, 1e21, 1e20, 1e-7, 1e-4, 123.456, 5e-324, 2.5e15])
+    | st.text(max_size=12)
+)
+values = st.recursive(
+    scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(keys, children, max_size=4),
+    max_leaves=25,
+)
+
+
+def reference(value: object) -> bytes | type[Exception]:
+    try:
+        return rfc8785.dumps(value)
+    except Exception as exc:  # noqa: BLE001 - the kind of refusal is what we compare
+        return type(exc)
+
+
+def ours(value: object) -> bytes | type[Exception]:
+    try:
+        return canonical_json(value)
+    except Exception as exc:  # noqa: BLE001
+        return type(exc)
+
+
+@settings(max_examples=600, deadline=None)
+@given(values)
+def test_canonical_json_equals_the_rfc8785_reference(value):
+    assert ours(value) == reference(value)
+
+
+def test_known_canonical_forms():
+    assert canonical_json({"b": 1.0, "a": [1e21, 0.5, -0.0, "é\n"]}) == (
+        b'{"a":[1e+21,0.5,0,"\xc3\xa9\\n"],"b":1}'
+    )
+    # UTF-16 order puts U+E000 after U+1F600's surrogates; code point order would not.
+    assert canonical_json({"\ue000": 1, "\U0001f600": 2}) == rfc8785.dumps(
+        {"\ue000": 1, "\U0001f600": 2}
+    )
+
+
+secretish = st.sampled_from(
+    [
+        "Authorization:\tBearer abcdefghijklmnopqrstuvwxyz012345",
+        "bearer\nabcdefghijklmnopqrstuvwxyz012345",
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "sk-abcdefghijklmnopqrstuvwxyz",
+        "AKIAABCDEFGHIJKLMNOP",
+        "postgres://user:hunter2@db/x",
+        "env:OPENAI_API_KEY",
+        "a plain sentence",
+    ]
+)
+secret_values = st.recursive(
+    secretish | st.text(max_size=10),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["password", "db_password", "apiKey", "note", "Authorization", "x"]),
+            children,
+            max_size=3,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(secret_values)
+def test_the_fast_scan_finds_exactly_what_the_walk_finds(value):
+    assert find_secret(value) == _find_secret_path(value, "envelope")
