@@ -1,0 +1,251 @@
+"""What each console action does: its form, the sentences saying what will happen, and
+the service call. The flow that uses them is in ``console.actions``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from checkpoints.models import ExternalOperation, Run, RunStatus
+from checkpoints.services.actions import run_grant_budget, run_resume
+from checkpoints.services.budgets import budget_exhausted
+from checkpoints.services.cancel import cancel_blocking_operations, run_cancel
+from checkpoints.services.forks import run_fork, run_fork_preview
+from checkpoints.services.operations import operation_record_outcome, operations_open
+from checkpoints.services.retry import retry_choices, run_retry
+from console import forms_actions as f
+from console.access import ConsoleAccess
+
+
+@dataclass
+class Summary:
+    """What will happen, in sentences; ``blocked`` says why it cannot happen now."""
+
+    lines: list[str] = field(default_factory=list)
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+    blocked: str = ""
+
+
+@dataclass(frozen=True)
+class Spec:
+    label: str
+    verb: str  # the confirm button: "Resume the run"
+    form: type[f.ActionForm]
+    summary: Callable[..., Summary]
+    perform: Callable[..., tuple[Run, str]]  # → (run to show next, success message)
+
+
+# --- what will happen -----------------------------------------------------------------------
+def _resume_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
+    who = "A Cairn worker" if run.execution == "worker" else "Your external driver"
+    summary = Summary(
+        [
+            f"The run goes from {run.get_status_display().lower()} to running, at version "
+            f"{run.version + 1}.",
+            f"{who} continues it from its latest checkpoint #{run.checkpoint_sequence} "
+            f"(state {run.state}); nothing before it runs again.",
+        ]
+    )
+    exhausted = budget_exhausted(run)
+    if exhausted:
+        summary.blocked = f"It cannot resume: {exhausted}. Grant more budget first."
+    return summary
+
+
+def _cancel_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
+    keys = list(cancel_blocking_operations(run).values_list("idempotency_key", flat=True))
+    if not keys:
+        return Summary(
+            ["The run stops now and becomes cancelled. Its checkpoints and evidence are kept."]
+        )
+    return Summary(
+        [
+            f"{len(keys)} operation(s) may be in flight: {', '.join(keys)}.",
+            "Their providers are asked first; the run stays cancelling until each one is "
+            "settled (confirmed or failed), then it becomes cancelled.",
+            "If a provider cannot tell, you record the outcome here on the run page.",
+        ]
+    )
+
+
+def _retry_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
+    choice = next(c for c in retry_choices(run) if c.step == data["step"])
+    summary = Summary(
+        [
+            f"Checkpoint #{run.checkpoint_sequence + 1} is appended: the run moves from state "
+            f"{run.state} to {choice.state}, and step {choice.step} runs again.",
+            "Evidence and the budget used so far are carried forward; earlier checkpoints stay "
+            "as they are.",
+        ]
+    )
+    keys = list(operations_open(run=run).values_list("idempotency_key", flat=True))
+    if keys:
+        summary.blocked = (
+            f"Operations {', '.join(keys)} have no known outcome; settle them before a retry."
+        )
+    elif budget_exhausted(run):
+        summary.blocked = f"It cannot run again: {budget_exhausted(run)}. Grant budget first."
+    return summary
+
+
+def _fork_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
+    sequence = data["from_sequence"]
+    patch = data.get("inputs_patch")
+    summary = Summary(
+        [
+            f"A new run starts from checkpoint #{sequence} of this run, with its evidence and "
+            "the budget used at that point.",
+            (
+                f"Inputs changed: {', '.join(sorted(patch))}."
+                if patch
+                else "The inputs stay as they were."
+            ),
+            "This run is not changed.",
+        ]
+    )
+    summary.warnings = run_fork_preview(tenant=access.tenant, run_id=run.pk, from_sequence=sequence)
+    if not summary.warnings:
+        summary.lines.append(f"No confirmed side effect happened after checkpoint #{sequence}.")
+    return summary
+
+
+def _grant_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
+    names = {"attempts": "max_attempts", "tokens": "max_tokens", "cost": "max_cost"}
+    lines = []
+    for name, key in names.items():
+        if data.get(name) is not None:
+            current = run.budget_limits.get(key)
+            after = "—" if current is None else f"{current + data[name]:g}"
+            lines.append(f"{name.capitalize()}: limit {current} → {after}.")
+    if data.get("deadline"):
+        lines.append(
+            f"Deadline: {run.budget_limits.get('deadline')} → {data['deadline'].isoformat()}."
+        )
+    if run.status == RunStatus.FAILED:
+        lines.append("The run stays failed until you resume it.")
+    return Summary(lines)
+
+
+# --- the services ---------------------------------------------------------------------------
+def _resume(run: Run, data: dict, access: ConsoleAccess) -> tuple[Run, str]:
+    run = run_resume(
+        tenant=access.tenant,
+        run_id=run.pk,
+        expected_version=data["version"],
+        reason=data["reason"],
+        actor=access.actor,
+    )
+    return run, "Resumed: the run is running again."
+
+
+def _cancel(run: Run, data: dict, access: ConsoleAccess) -> tuple[Run, str]:
+    run = run_cancel(
+        tenant=access.tenant,
+        run_id=run.pk,
+        reason=data["reason"],
+        expected_version=data["version"],
+        actor=access.actor,
+    )
+    if run.status == RunStatus.CANCELLED:
+        return run, "Cancelled."
+    return run, "Cancelling: the run waits until its open operations are settled."
+
+
+def _retry(run: Run, data: dict, access: ConsoleAccess) -> tuple[Run, str]:
+    run = run_retry(
+        tenant=access.tenant,
+        run_id=run.pk,
+        step=data["step"],
+        reason=data["reason"],
+        expected_version=data["version"],
+        actor=access.actor,
+    )
+    return run, f"Step {run.step} will run again (checkpoint #{run.checkpoint_sequence})."
+
+
+def _fork(run: Run, data: dict, access: ConsoleAccess) -> tuple[Run, str]:
+    result = run_fork(
+        tenant=access.tenant,
+        run_id=run.pk,
+        from_sequence=data["from_sequence"],
+        inputs_patch=data.get("inputs_patch"),
+        reason=data["reason"],
+        expected_version=data["version"],
+        actor=access.actor,
+    )
+    message = f"Forked from run {run.pk} at checkpoint #{data['from_sequence']}."
+    if result.warnings:
+        keys = ", ".join(w["idempotency_key"] for w in result.warnings)
+        message += f" Side effects that may happen again: {keys}."
+    return result.run, message
+
+
+def _grant(run: Run, data: dict, access: ConsoleAccess) -> tuple[Run, str]:
+    run = run_grant_budget(
+        tenant=access.tenant,
+        run_id=run.pk,
+        reason=data["reason"],
+        expected_version=data["version"],
+        actor=access.actor,
+        **{
+            k: data[k]
+            for k in ("attempts", "tokens", "cost", "deadline")
+            if data.get(k) is not None
+        },
+    )
+    return run, "Budget granted."
+
+
+ACTIONS: dict[str, Spec] = {
+    "resume": Spec("Resume", "Resume the run", f.ResumeForm, _resume_summary, _resume),
+    "cancel": Spec("Cancel", "Cancel the run", f.CancelForm, _cancel_summary, _cancel),
+    "retry": Spec("Retry a step", "Run the step again", f.RetryForm, _retry_summary, _retry),
+    "fork": Spec("Fork", "Create the fork", f.ForkForm, _fork_summary, _fork),
+    "grant_budget": Spec(
+        "Grant budget", "Grant the budget", f.GrantBudgetForm, _grant_summary, _grant
+    ),
+}
+
+
+# --- recording the outcome of an ambiguous operation -----------------------------------------
+def outcome_spec(operation: ExternalOperation) -> Spec:
+    def summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
+        happened = data["outcome"] == "confirmed"
+        lines = [
+            f"Operation {operation.idempotency_key} ({operation.action} on {operation.target}) "
+            + (
+                f"is recorded as confirmed with provider id {data['provider_operation_id']}."
+                if happened
+                else "is recorded as failed: it did not happen and will not."
+            ),
+            "An outcome is final; it cannot be changed afterwards.",
+        ]
+        if run.status == RunStatus.CANCELLING:
+            lines.append(
+                "The run is being cancelled: if this was its last open operation, it "
+                "becomes cancelled."
+            )
+        else:
+            lines.append("The run can continue once no operation is left without an outcome.")
+        return Summary(lines)
+
+    def perform(run: Run, data: dict, access: ConsoleAccess) -> tuple[Run, str]:
+        operation_record_outcome(
+            tenant=access.tenant,
+            run_id=run.pk,
+            idempotency_key=operation.idempotency_key,
+            outcome=data["outcome"],
+            provider_operation_id=data.get("provider_operation_id") or "",
+            reason=data["reason"],
+            actor=access.actor,
+        )
+        return run, f"Outcome of {operation.idempotency_key} recorded: {data['outcome']}."
+
+    return Spec(
+        f"Record the outcome of {operation.action}",
+        "Record the outcome",
+        f.RecordOutcomeForm,
+        summary,
+        perform,
+    )
