@@ -25,3 +25,11 @@ def outbox_sweep() -> int:
 def runs_rescue() -> int:
     """Re-queue runs whose worker died or whose command was lost."""
     return _runs_rescue()
+
+
+@shared_task(name="checkpoints.runs_cancel_sweep", ignore_result=True)
+def runs_cancel_sweep() -> int:
+    """Settle the open operations of cancelling runs and finish their cancels."""
+    from checkpoints.services.cancel import runs_cancel_sweep as _runs_cancel_sweep
+
+    return _runs_cancel_sweep()
