@@ -99,7 +99,7 @@ def test_the_review_page_shows_the_artifact_its_hash_size_and_time_left(pending,
 def test_the_artifact_is_escaped_never_trusted_as_html(waiting, bob, carol):
     hostile = draft(
         waiting.tenant,
-        '# Hi <img src=x onerror=alert(1)>\n\n'
+        "# Hi <img src=x onerror=alert(1)>\n\n"
         '<script>alert("x")</script> **bold** [a](javascript:x)\n',
     )
     request = ask(waiting, hostile, bob)
@@ -208,3 +208,13 @@ def test_an_incomplete_form_is_refused_not_recorded(pending, carol):
 
 def test_an_operator_cannot_post_a_decision(pending, bob):
     assert post_decision(signed_in(bob), pending).status_code == 403
+
+
+def test_the_run_page_lists_the_runs_requests_and_links_reviewers_to_them(pending, alice, bob):
+    review_link = f'href="/approvals/{pending.pk}/"'
+    as_admin = signed_in(alice).get(f"/runs/{pending.run_id}/")
+    assert as_admin.status_code == 200
+    assert pending.artifact_sha256[:12] in as_admin.text and review_link in as_admin.text
+    as_operator = signed_in(bob).get(f"/runs/{pending.run_id}/")
+    assert pending.artifact_sha256[:12] in as_operator.text
+    assert review_link not in as_operator.text  # the review page is not theirs
