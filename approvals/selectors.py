@@ -11,28 +11,31 @@ from django.utils import timezone
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from checkpoints.errors import NotFound
 from checkpoints.models import Run
-from tenants import roles
 from tenants.models import Tenant
-from tenants.services import permissions_of
+from tenants.selectors import review_scope
 
 
-def requests_for_tenant(tenant: Tenant, *, status: str | None = None) -> QuerySet:
+def requests_for_tenant(
+    tenant: Tenant, *, status: str | None = None, user: AbstractBaseUser | None = None
+) -> QuerySet:
+    """The tenant's requests; with ``user``, only those of runs the user may review (every
+    run for a reviewer, the granted runs for a holder of run grants, none otherwise)."""
     rows = ApprovalRequest.objects.filter(tenant=tenant).select_related("run", "artifact")
+    if user is not None:
+        rows = review_scope(user=user, tenant=tenant).apply(rows)
     return rows.filter(status=status) if status else rows
 
 
 def review_queue(*, tenant: Tenant, user: AbstractBaseUser) -> QuerySet:
     """Pending, unexpired requests ``user`` may decide, most urgent first.
 
-    Empty for a user without the review role. Leaves out the user's own requests and those
-    the user has already decided (a request needing several approvals stays pending).
-    Per-run reviewer grants, when they come, narrow this queryset further.
+    Empty for a user without the review role; only the granted runs for a holder of run
+    grants. Leaves out the user's own requests and those the user has already decided (a
+    request needing several approvals stays pending).
     """
-    if roles.REVIEW not in permissions_of(user=user, tenant=tenant):
-        return ApprovalRequest.objects.none()
     decided = ApprovalDecision.objects.filter(request=OuterRef("pk"), approver=user)
     return (
-        requests_for_tenant(tenant, status=ApprovalStatus.PENDING)
+        requests_for_tenant(tenant, status=ApprovalStatus.PENDING, user=user)
         .filter(expires_at__gt=timezone.now())
         .exclude(requester=user)
         .exclude(Exists(decided))
@@ -40,13 +43,19 @@ def review_queue(*, tenant: Tenant, user: AbstractBaseUser) -> QuerySet:
     )
 
 
-def request_get(*, tenant: Tenant, request_id: UUID | str) -> ApprovalRequest:
-    """The tenant's request, or NotFound (another tenant's request is not disclosed)."""
+def request_get(
+    *, tenant: Tenant, request_id: UUID | str, user: AbstractBaseUser | None = None
+) -> ApprovalRequest:
+    """The tenant's request, or NotFound (another tenant's request is not disclosed). With
+    ``user``, a request of a run outside the user's review scope is NotFound too."""
+    rows = ApprovalRequest.objects.filter(tenant=tenant)
+    if user is not None:
+        rows = review_scope(user=user, tenant=tenant).apply(rows)
     try:
         return (
-            ApprovalRequest.objects.select_related("run", "artifact", "requester", "checkpoint")
+            rows.select_related("run", "artifact", "requester", "checkpoint")
             .prefetch_related("decisions__approver")
-            .get(tenant=tenant, pk=request_id)
+            .get(pk=request_id)
         )
     except (ApprovalRequest.DoesNotExist, ValueError):
         raise NotFound("No such approval request.")

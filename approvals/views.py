@@ -34,7 +34,7 @@ QUEUE_LIMIT = 200
 
 def _get(request: HttpRequest, approval_id: object) -> ApprovalRequest:
     try:
-        return request_get(tenant=request.console.tenant, request_id=approval_id)
+        return request_get(tenant=request.console.tenant, request_id=approval_id, user=request.user)
     except NotFound:
         raise Http404("No such approval request.")
 
@@ -47,7 +47,7 @@ def _run_url(run_id: object) -> str | None:
 
 
 @require_GET
-@console_view(roles.REVIEW)
+@console_view(roles.REVIEWERS)
 def inbox(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     rows = list(review_queue(tenant=request.console.tenant, user=request.user)[:QUEUE_LIMIT])
@@ -138,14 +138,14 @@ def _review_context(
 
 
 @require_GET
-@console_view(roles.REVIEW)
+@console_view(roles.REVIEWERS)
 def review(request: HttpRequest, approval_id: object) -> HttpResponse:
     row = _get(request, approval_id)
     return render(request, "approvals/review.html", _review_context(request, row))
 
 
 @require_GET
-@console_view(roles.REVIEW)
+@console_view(roles.REVIEWERS)
 def status(request: HttpRequest, approval_id: object) -> HttpResponse:
     """The review page's status line (htmx polls it), so expiry shows while the page is open."""
     row = _get(request, approval_id)
@@ -162,7 +162,7 @@ def status(request: HttpRequest, approval_id: object) -> HttpResponse:
 
 
 @require_POST
-@console_view(roles.REVIEW)
+@console_view(roles.REVIEWERS)
 def decide(request: HttpRequest, approval_id: object) -> HttpResponse:
     row = _get(request, approval_id)
     form = DecisionForm(request.POST)

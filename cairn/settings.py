@@ -263,6 +263,14 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Security ------------------------------------------------------------------------------
+# Sign-in throttling (tenants.throttle): failures per username+address, and per address.
+CAIRN_LOGIN_MAX_FAILURES = env_int("CAIRN_LOGIN_MAX_FAILURES", 5)
+CAIRN_LOGIN_MAX_FAILURES_PER_ADDRESS = env_int("CAIRN_LOGIN_MAX_FAILURES_PER_ADDRESS", 50)
+CAIRN_LOGIN_WINDOW_SECONDS = env_int("CAIRN_LOGIN_WINDOW_SECONDS", 900)
+# ``file:NAME`` secret references resolve only to files under this directory (cairn.secrets).
+CAIRN_SECRETS_DIR = env("CAIRN_SECRETS_DIR")
+# How long an invitation's set-password link works (Django's reset token), in seconds.
+PASSWORD_RESET_TIMEOUT = env_int("CAIRN_INVITE_LINK_SECONDS", 3 * 24 * 3600)
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads nothing from it: the token goes in hx-headers
 X_FRAME_OPTIONS = "DENY"

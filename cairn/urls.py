@@ -6,5 +6,10 @@ urlpatterns = [
     path("api/v1/", include("approvals.api.urls", namespace="approvals_api")),
     path("approvals/", include("approvals.urls", namespace="approvals")),
     path("admin/", admin.site.urls),
+    path("", include("tenants.urls", namespace="tenants")),
     path("", include(("console.urls", "console"), namespace="console")),
 ]
+
+# A sentence, never a trace (HTML for the console, the API's error shape under /api/).
+handler404 = "cairn.errors.not_found"
+handler500 = "cairn.errors.server_error"

@@ -130,3 +130,14 @@ class ReviewNotAllowed(CairnError):
     """The caller holds no review role in the tenant (the services check it, not only views)."""
 
     code, status = "permission_denied", 403
+
+
+# --- tenants: members, tokens, grants (tenants app) ------------------------------------------
+class LastAdmin(CairnError):
+    """The change would leave a tenant without an admin, and so without anyone to fix it."""
+
+    code, status = "last_admin", 409
+
+
+class AlreadyMember(CairnError):
+    code, status = "already_member", 409

@@ -17,15 +17,16 @@ from tenants import roles
 class MenuItem:
     label: str
     url_name: str
-    permission: str
+    permission: str | tuple[str, ...]  # any one of them shows the entry
     section: str  # URL names starting with this prefix mark the entry as current
 
 
 MENU: tuple[MenuItem, ...] = (
     MenuItem("Runs", "console:runs", roles.OPERATE, "console:run"),
-    MenuItem("Approvals", "approvals:inbox", roles.REVIEW, "approvals:"),
+    MenuItem("Approvals", "approvals:inbox", roles.REVIEWERS, "approvals:"),
     MenuItem("Health", "console:health", roles.ADMIN, "console:health"),
-    MenuItem("Members", "console:members", roles.ADMIN, "console:members"),
+    MenuItem("Members", "tenants:members", roles.ADMIN, "tenants:members"),
+    MenuItem("Audit log", "tenants:audit", roles.ADMIN, "tenants:audit"),
     MenuItem("Retention", "console:retention", roles.ADMIN, "console:retention"),
 )
 
@@ -33,7 +34,8 @@ MENU: tuple[MenuItem, ...] = (
 def menu_for(permissions: frozenset[str], current_view: str = "") -> list[dict[str, object]]:
     items = []
     for item in MENU:
-        if item.permission not in permissions:
+        needed = (item.permission,) if isinstance(item.permission, str) else item.permission
+        if not any(p in permissions for p in needed):
             continue
         try:
             url = reverse(item.url_name)

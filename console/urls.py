@@ -3,18 +3,14 @@ from django.urls import path
 
 from console import actions
 from console.views import checkpoints, health, home, run_detail, runs
+from tenants.views.auth import SignInView
 
 app_name = "console"
 
 urlpatterns = [
     path("", home.home, name="home"),
-    path(
-        "login/",
-        auth_views.LoginView.as_view(
-            template_name="console/login.html", redirect_authenticated_user=True
-        ),
-        name="login",
-    ),
+    # Throttled after repeated failures (tenants.throttle).
+    path("login/", SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tenant/", home.tenant_switch, name="tenant_switch"),
     path("runs/", runs.runs, name="runs"),
@@ -38,6 +34,5 @@ urlpatterns = [
         name="checkpoint_detail",
     ),
     path("health/", health.health, name="health"),
-    path("members/", home.members, name="members"),
     path("retention/", home.retention, name="retention"),
 ]

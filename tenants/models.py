@@ -85,3 +85,45 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} by {self.actor_label or self.actor_id}"
+
+
+class RunGrant(models.Model):
+    """Lets one user review one run's approvals (and the artifacts under review) without
+    seeing the tenant's other runs. Revoking deletes the row (the audit log keeps it)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="run_grants")
+    run = models.ForeignKey("checkpoints.Run", on_delete=models.CASCADE, related_name="grants")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="run_grants"
+    )
+    granted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "user"], name="run_grant_one_per_run_user")
+        ]
+        indexes = [models.Index(fields=["tenant", "user"])]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} may review run {self.run_id}"
+
+
+class LoginThrottle(models.Model):
+    """Failed sign-ins per key (a hash of username and address, or of the address alone)
+    in the current window. In the database so every web process shares the count."""
+
+    key = models.CharField(max_length=64, primary_key=True)
+    failures = models.PositiveIntegerField(default=0)
+    window_started_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.key[:12]}… {self.failures}"

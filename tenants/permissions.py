@@ -1,7 +1,7 @@
 """DRF permission: the caller holds the view's required role permission in their tenant.
 
-Views name ``required_permission`` (one of tenants.roles' codenames), or a mapping from
-HTTP method to codename in ``required_permissions``.
+Views name ``required_permission`` (one of tenants.roles' codenames, or a tuple of which
+any one will do), or a mapping from HTTP method to codename in ``required_permissions``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ class HasTenantRole(permissions.BasePermission):
             return False
         by_method = getattr(view, "required_permissions", None)
         needed = (by_method or {}).get(request.method) or getattr(view, "required_permission", None)
-        if needed is None:
+        if not needed:
             return False  # a view that names no permission is closed, not open
-        return needed in request_permissions(request._request)
+        held = request_permissions(request._request)
+        if isinstance(needed, str):
+            return needed in held
+        return any(codename in held for codename in needed)

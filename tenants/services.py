@@ -10,11 +10,13 @@ from uuid import UUID
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.db.models import Value
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
+from checkpoints.errors import InvalidRequest, LastAdmin
 from tenants import roles
-from tenants.models import ApiToken, AuditEvent, Tenant, TenantUserObjectPermission
+from tenants.models import ApiToken, AuditEvent, RunGrant, Tenant, TenantUserObjectPermission
 
 TOKEN_PREFIX = "cairn_"
 
@@ -96,16 +98,30 @@ def member_set_role(
 ) -> None:
     """Give ``user`` exactly ``role`` in ``tenant`` (None removes the member).
 
-    Atomic with its audit event. Removing a member revokes their tokens for the tenant.
+    Atomic with its audit event. Removing a member revokes their tokens and run grants in
+    the tenant at once. Raises InvalidRequest for an unknown role and LastAdmin when the
+    change would leave the tenant without an admin (checked under a lock on the tenant, so
+    two admins demoting each other cannot both succeed).
     """
     if role is not None and role not in roles.ROLE_PERMISSIONS:
-        raise ValueError(f"unknown role '{role}'; choose one of {', '.join(roles.ROLES)}")
+        raise InvalidRequest(
+            f"Unknown role '{role}'; choose one of {', '.join(roles.ROLES)}.",
+            fields={"role": "not a role"},
+        )
     with transaction.atomic():
+        Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
+        was_admin = roles.ADMIN in permissions_of(user=user, tenant=tenant)
+        if was_admin and role != "admin" and _admin_count(tenant) <= 1:
+            raise LastAdmin(
+                f"{user.get_username()} is the only admin of {tenant.slug}; make someone else "
+                "admin first. Nothing was changed."
+            )
         _set_role(tenant=tenant, user=user, role=role)
         if role is None:
             ApiToken.objects.filter(tenant=tenant, user=user, revoked_at__isnull=True).update(
                 revoked_at=timezone.now()
             )
+            RunGrant.objects.filter(tenant=tenant, user=user).delete()
         audit_record(
             tenant=tenant,
             actor=actor,
@@ -116,15 +132,34 @@ def member_set_role(
         )
 
 
+def _admin_count(tenant: Tenant) -> int:
+    return (
+        TenantUserObjectPermission.objects.filter(
+            content_object=tenant, permission__codename=roles.ADMIN, user__is_active=True
+        )
+        .values("user")
+        .distinct()
+        .count()
+    )
+
+
 def permissions_of(*, user: AbstractBaseUser, tenant: Tenant) -> frozenset[str]:
-    """The user's permission codenames on the tenant: one indexed query, no global perms."""
+    """The user's permission codenames on the tenant, plus ``roles.REVIEW_RUN`` while they
+    hold a run grant there: one indexed query, never global perms or superuser status."""
     if not user.is_authenticated or not user.is_active:
         return frozenset()
-    return frozenset(
-        TenantUserObjectPermission.objects.filter(user=user, content_object=tenant).values_list(
-            "permission__codename", flat=True
-        )
+    held = (
+        TenantUserObjectPermission.objects.filter(user=user, content_object=tenant)
+        .order_by()
+        .values_list("permission__codename", flat=True)
     )
+    granted = (
+        RunGrant.objects.filter(user=user, tenant=tenant)
+        .order_by()
+        .annotate(codename=Value(roles.REVIEW_RUN))
+        .values_list("codename", flat=True)
+    )
+    return frozenset(held.union(granted))
 
 
 def _digest(key: str) -> str:
@@ -134,7 +169,16 @@ def _digest(key: str) -> str:
 def token_issue(
     *, tenant: Tenant, user: AbstractBaseUser, actor: Actor, name: str = ""
 ) -> tuple[ApiToken, str]:
-    """Create an API token and return it with its secret, which is never stored or shown again."""
+    """Create an API token and return it with its secret, which is never stored or shown again.
+
+    Atomic with its audit event. Raises InvalidRequest when the user holds no role (or run
+    grant) in the tenant: such a token could never authenticate.
+    """
+    if not permissions_of(user=user, tenant=tenant):
+        raise InvalidRequest(
+            f"{user.get_username()} is not a member of {tenant.slug}; add them first.",
+            fields={"user": "not a member"},
+        )
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():
         token = ApiToken.objects.create(
@@ -153,14 +197,25 @@ def token_issue(
     return token, secret
 
 
-def token_revoke(*, token: ApiToken, actor: Actor) -> None:
+def token_revoke(*, token: ApiToken, actor: Actor) -> bool:
+    """Revoke the token: it stops authenticating with the next request.
+
+    Atomic with its audit event. Returns False (and records nothing) when it was already
+    revoked.
+    """
     with transaction.atomic():
-        ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+        changed = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
         )
+        if not changed:
+            return False
         audit_record(
-            tenant=token.tenant, actor=actor, action="token.revoked", target=f"{token.prefix}…"
+            tenant=token.tenant,
+            actor=actor,
+            action="token.revoked",
+            target=f"{token.prefix}… of {token.user.get_username()}",
         )
+    return True
 
 
 def token_authenticate(secret: str) -> ApiToken | None:

@@ -24,8 +24,8 @@ class QueuePagination(Pagination):
     ordering = ("expires_at", "id")
 
 
-def _fresh(tenant, request_id):  # noqa: ANN001, ANN202
-    return request_get(tenant=tenant, request_id=request_id)
+def _fresh(tenant, request_id, user=None):  # noqa: ANN001, ANN202
+    return request_get(tenant=tenant, request_id=request_id, user=user)
 
 
 class RunApprovalsView(CairnAPIView):
@@ -64,7 +64,7 @@ class RunApprovalsView(CairnAPIView):
 
 
 class ApprovalListView(CairnAPIView):
-    required_permission = roles.REVIEW
+    required_permission = roles.REVIEWERS
 
     @extend_schema(
         parameters=[
@@ -89,7 +89,8 @@ class ApprovalListView(CairnAPIView):
         if status == ApprovalStatus.PENDING:
             rows, paginator = review_queue(tenant=self.tenant, user=request.user), QueuePagination()
         else:
-            rows, paginator = requests_for_tenant(self.tenant, status=status), Pagination()
+            rows = requests_for_tenant(self.tenant, status=status, user=request.user)
+            paginator = Pagination()
         page = paginator.paginate_queryset(
             rows.prefetch_related("decisions__approver"), request, view=self
         )
@@ -97,18 +98,20 @@ class ApprovalListView(CairnAPIView):
 
 
 class ApprovalDetailView(CairnAPIView):
-    required_permission = roles.REVIEW
+    required_permission = roles.REVIEWERS
 
     @extend_schema(
         responses={200: s.ApprovalRequestSerializer, **_errors(404)},
         summary="One approval request with its decisions",
     )
     def get(self, request: Request, approval_id: str) -> Response:
-        return Response(s.ApprovalRequestSerializer(_fresh(self.tenant, approval_id)).data)
+        return Response(
+            s.ApprovalRequestSerializer(_fresh(self.tenant, approval_id, request.user)).data
+        )
 
 
 class ApprovalDecisionView(CairnAPIView):
-    required_permission = roles.REVIEW
+    required_permission = roles.REVIEWERS
 
     @extend_schema(
         request=s.DecisionInSerializer,
@@ -134,7 +137,7 @@ class ApprovalDecisionView(CairnAPIView):
             comment=data["comment"],
             actor=self.actor,
         )
-        body = {"decision": decision, "request": _fresh(self.tenant, approval_id)}
+        body = {"decision": decision, "request": _fresh(self.tenant, approval_id, request.user)}
         return Response(s.DecisionResultSerializer(body).data)
 
 
@@ -142,14 +145,14 @@ class ApprovalArtifactView(CairnAPIView):
     """A reviewer reads the artifact bound to a request of their tenant, and nothing else:
     the general artifact endpoints stay operator-only."""
 
-    required_permission = roles.REVIEW
+    required_permission = roles.REVIEWERS
 
     @extend_schema(
         responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, **_errors(404, 409)},
         summary="The bytes of the artifact under review (decrypted; audited)",
     )
     def get(self, request: Request, approval_id: str) -> HttpResponse:
-        row = request_get(tenant=self.tenant, request_id=approval_id)
+        row = request_get(tenant=self.tenant, request_id=approval_id, user=request.user)
         artifact, data = artifact_read(
             tenant=self.tenant, artifact_id=row.artifact_id, actor=self.actor
         )

@@ -150,4 +150,6 @@ def run_starter(run: Run) -> AbstractBaseUser | None:
 
 
 def may_review(*, user: AbstractBaseUser, tenant: Tenant) -> bool:
-    return roles.REVIEW in permissions_of(user=user, tenant=tenant)
+    """The user may review some runs of the tenant: every run, or those granted to them
+    (``review_scope`` says which)."""
+    return bool(set(roles.REVIEWERS) & permissions_of(user=user, tenant=tenant))

@@ -35,6 +35,7 @@ from checkpoints.models import Execution, Run, RunStatus
 from checkpoints.services.checkpoints import checkpoint_commit
 from checkpoints.services.outbox import outbox_enqueue
 from tenants.models import Tenant
+from tenants.selectors import review_scope
 from tenants.services import Actor, audit_record
 
 
@@ -122,6 +123,9 @@ def _decide(
     expired: ApprovalRequest | None = None
     with transaction.atomic():
         request = _lock_request(tenant=tenant, request_id=request_id)
+        if not review_scope(user=user, tenant=tenant).allows(request.run_id):
+            # A holder of run grants does not learn that other runs' requests exist.
+            raise NotFound("No such approval request.")
         now = timezone.now()
         if request.status == ApprovalStatus.EXPIRED or (
             request.status in LIVE_STATUSES and request.expires_at <= now

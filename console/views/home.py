@@ -40,10 +40,5 @@ def tenant_switch(request: HttpRequest) -> HttpResponse:
 
 
 @console_view(roles.ADMIN)
-def members(request: HttpRequest) -> HttpResponse:
-    return render(request, "console/placeholder.html", {"title": "Members", "issue": "members"})
-
-
-@console_view(roles.ADMIN)
 def retention(request: HttpRequest) -> HttpResponse:
     return render(request, "console/placeholder.html", {"title": "Retention", "issue": "retention"})

@@ -1,0 +1,65 @@
+"""Per-run grants: one user may review one run's approvals without the tenant's other runs."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from checkpoints.errors import NotFound
+from checkpoints.models import Run
+from tenants.models import RunGrant, Tenant
+from tenants.services import Actor, audit_record
+
+
+def run_grant_create(
+    *, tenant: Tenant, run_id: UUID | str, user: AbstractBaseUser, actor: Actor
+) -> RunGrant:
+    """Let ``user`` review the approvals of one run of the tenant (idempotent).
+
+    Atomic with its audit event. Raises NotFound when the run is not the tenant's.
+    """
+    try:
+        run = Run.objects.only("id", "tenant_id").get(tenant=tenant, pk=run_id)
+    except (Run.DoesNotExist, ValueError, TypeError):
+        raise NotFound("No such run in this tenant.")
+    with transaction.atomic():
+        grant, created = RunGrant.objects.get_or_create(
+            run=run,
+            user=user,
+            defaults={
+                "tenant": tenant,
+                "granted_by": actor.user if actor.user is not None and actor.user.pk else None,
+            },
+        )
+        if created:
+            audit_record(
+                tenant=tenant,
+                actor=actor,
+                action="grant.created",
+                run_id=run.pk,
+                target=user.get_username(),
+            )
+    return grant
+
+
+def run_grant_revoke(*, tenant: Tenant, grant_id: UUID | str, actor: Actor) -> None:
+    """Withdraw a run grant; the user loses sight of the run with their next request.
+
+    Atomic with its audit event. Raises NotFound for another tenant's grant.
+    """
+    with transaction.atomic():
+        try:
+            grant = (
+                RunGrant.objects.select_for_update()
+                .select_related("user")
+                .get(tenant=tenant, pk=grant_id)
+            )
+        except (RunGrant.DoesNotExist, ValueError):
+            raise NotFound("No such run grant.")
+        run_id, username = grant.run_id, grant.user.get_username()
+        grant.delete()
+        audit_record(
+            tenant=tenant, actor=actor, action="grant.revoked", run_id=run_id, target=username
+        )

@@ -1,0 +1,82 @@
+"""The audit log page (admins): filter, page through, export as CSV or JSON lines."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from console.access import console_view
+from tenants import roles
+from tenants.audit import (
+    audit_actions,
+    audit_csv,
+    audit_events,
+    audit_export_record,
+    audit_jsonl,
+    audit_page,
+)
+from tenants.forms import AuditFilterForm
+
+PAGE_SIZE = 50
+EXPORTS = {
+    "csv": (audit_csv, "text/csv; charset=utf-8"),
+    "jsonl": (audit_jsonl, "application/x-ndjson"),
+}
+
+
+def _filters(request: HttpRequest) -> tuple[AuditFilterForm, dict]:
+    form = AuditFilterForm(request.GET or None, actions=audit_actions(request.console.tenant))
+    # An invalid filter shows its error and filters by nothing else it could not read.
+    filters = form.cleaned_data if form.is_bound and form.is_valid() else {}
+    return form, filters
+
+
+def _before(request: HttpRequest) -> int | None:
+    raw = request.GET.get("before", "")
+    return int(raw) if raw.isdigit() and len(raw) < 19 else None
+
+
+@require_GET
+@console_view(roles.ADMIN)
+def audit_log(request: HttpRequest) -> HttpResponse:
+    form, filters = _filters(request)
+    rows = audit_events(tenant=request.console.tenant, filters=filters)
+    page = audit_page(rows, before=_before(request), size=PAGE_SIZE)
+    query = request.GET.copy()
+    query.pop("before", None)
+    context = {
+        "form": form,
+        "page": page,
+        "filter_query": query.urlencode(),
+        "paged": _before(request) is not None,
+    }
+    return render(request, "tenants/audit.html", context, status=400 if form.errors else 200)
+
+
+@require_GET
+@console_view(roles.ADMIN)
+def audit_export(request: HttpRequest, export_format: str) -> HttpResponse:
+    form, filters = _filters(request)
+    if form.errors:
+        return render(
+            request,
+            "tenants/audit.html",
+            {"form": form, "page": None, "filter_query": ""},
+            status=400,
+        )
+    tenant = request.console.tenant
+    audit_export_record(
+        tenant=tenant, actor=request.console.actor, export_format=export_format, filters=filters
+    )
+    produce, content_type = EXPORTS[export_format]
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+    response = StreamingHttpResponse(
+        produce(audit_events(tenant=tenant, filters=filters)), content_type=content_type
+    )
+    response["Content-Disposition"] = (
+        f'attachment; filename="cairn-audit-{tenant.slug}-{stamp}.{export_format}"'
+    )
+    response["Cache-Control"] = "no-store"
+    return response

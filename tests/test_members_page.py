@@ -1,0 +1,250 @@
+"""The members page: invite with a one-time set-password link, roles, removal, API tokens.
+Every change goes through a service that writes its audit event."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+from django.urls import reverse
+
+from tenants import roles
+from tenants.members import member_password_link
+from tenants.models import ApiToken, AuditEvent
+from tenants.services import Actor, member_set_role, permissions_of, token_issue
+
+User = get_user_model()
+MEMBERS = "/members/"
+
+
+def client_for(user) -> Client:  # noqa: ANN001
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def admin(alice) -> Client:  # noqa: ANN001
+    return client_for(alice)
+
+
+def events(tenant, action):  # noqa: ANN001, ANN201
+    return list(AuditEvent.objects.filter(tenant=tenant, action=action).order_by("id"))
+
+
+def test_the_members_page_lists_each_member_with_role_and_is_for_admins_only(
+    admin, alice, bob, carol
+):  # noqa: ANN001
+    response = admin.get(MEMBERS)
+    assert response.status_code == 200
+    html = response.content.decode()
+    for user, role in ((alice, "admin"), (bob, "operator"), (carol, "reviewer")):
+        row = re.search(rf'<tr id="member-{user.pk}".*?</tr>', html, re.S).group(0)
+        assert re.search(rf'<option value="{role}" selected>', row), user
+    assert client_for(bob).get(MEMBERS).status_code == 403
+    assert client_for(carol).get(MEMBERS).status_code == 403
+
+
+def test_the_menu_offers_members_and_the_audit_log_to_admins(admin):  # noqa: ANN001
+    html = admin.get("/", follow=True).content.decode()
+    assert 'href="/members/"' in html
+    assert 'href="/audit/"' in html
+
+
+# --- inviting ----------------------------------------------------------------------------
+def test_an_invitation_shows_a_one_time_link_that_sets_the_password_once(admin, acme):  # noqa: ANN001
+    response = admin.post(
+        f"{MEMBERS}invite", {"username": "dave", "email": "dave@example.org", "role": "operator"}
+    )
+    assert response.status_code == 200
+    assert response["Cache-Control"] == "no-store"
+    link = re.search(
+        r'<code id="invite-link" class="secret">([^<]+)</code>', response.content.decode()
+    )
+    assert link, "the link is shown"
+    dave = User.objects.get(username="dave")
+    assert not dave.has_usable_password()
+    assert permissions_of(user=dave, tenant=acme) == {roles.OPERATE}
+    # Shown once: the page does not show it again.
+    assert "invite-link" not in admin.get(MEMBERS).content.decode()
+
+    visitor = Client()
+    form = visitor.get(link.group(1), follow=True)
+    assert b"Choose your password" in form.content
+    done = visitor.post(
+        form.redirect_chain[-1][0],
+        {"new_password1": "a long new passphrase", "new_password2": "a long new passphrase"},
+    )
+    assert done.status_code == 302
+    assert visitor.login(username="dave", password="a long new passphrase")
+    again = Client().get(link.group(1), follow=True)
+    assert b"This link no longer works" in again.content
+    assert [e.target for e in events(acme, "member.invited")] == ["dave"]
+    assert events(acme, "member.role_set")[-1].details == {"role": "operator"}
+    assert [e.target for e in events(acme, "member.password_set")] == ["dave"]
+
+
+def test_inviting_a_member_twice_is_refused(admin, bob):  # noqa: ANN001
+    response = admin.post(f"{MEMBERS}invite", {"username": "bob", "role": "reviewer"})
+    assert response.status_code == 409
+    assert b"already a member" in response.content
+    bob.refresh_from_db()
+
+
+def test_an_account_of_another_tenant_joins_without_a_reset_link(admin, acme, charlie):  # noqa: ANN001
+    response = admin.post(f"{MEMBERS}invite", {"username": "charlie", "role": "reviewer"})
+    assert response.status_code == 200
+    assert b"already has an account" in response.content
+    assert b"invite-link" not in response.content
+    assert permissions_of(user=charlie, tenant=acme) == {roles.REVIEW}
+
+
+def test_no_admin_can_mint_a_password_link_for_an_account_others_rely_on(acme, globex, alice):  # noqa: ANN001
+    # Invited by globex, password not yet set, then invited here too.
+    shared = User.objects.create(username="erin")
+    shared.set_unusable_password()
+    shared.save()
+    member_set_role(tenant=globex, user=shared, role="reviewer", actor=Actor.system("t"))
+    member_set_role(tenant=acme, user=shared, role="reviewer", actor=Actor.system("t"))
+    from checkpoints.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest):
+        member_password_link(tenant=acme, user=shared, actor=Actor(user=alice))
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"username": "", "role": "operator"}, "username"),
+        ({"username": "no spaces", "role": "operator"}, "username"),
+        ({"username": "x", "role": "owner"}, "role"),
+        ({"username": "x", "role": "one_run"}, "run"),
+    ],
+)
+def test_an_incomplete_invitation_is_refused_field_by_field(admin, data, field):  # noqa: ANN001
+    response = admin.post(f"{MEMBERS}invite", data)
+    assert response.status_code == 400
+    assert f'id="id_{field}-error"'.encode() in response.content
+    assert not User.objects.filter(username="x").exists()
+
+
+# --- roles and removal ----------------------------------------------------------------------
+def test_an_admin_changes_a_role_and_the_change_is_audited(admin, acme, bob):  # noqa: ANN001
+    response = admin.post(f"{MEMBERS}{bob.pk}/role", {"role": "reviewer"})
+    assert response.status_code == 302
+    assert permissions_of(user=bob, tenant=acme) == {roles.REVIEW}
+    event = events(acme, "member.role_set")[-1]
+    assert (event.actor_label, event.target, event.details) == (
+        "alice",
+        "bob",
+        {"role": "reviewer"},
+    )
+
+
+def test_an_htmx_role_change_answers_with_the_members_section(admin, bob):  # noqa: ANN001
+    response = admin.post(f"{MEMBERS}{bob.pk}/role", {"role": "admin"}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section id="members-section"')
+    assert "bob is now admin." in html
+
+
+def test_the_last_admin_cannot_step_down_or_be_removed(admin, acme, alice):  # noqa: ANN001
+    for url, data in (
+        (f"{MEMBERS}{alice.pk}/role", {"role": "operator"}),
+        (f"{MEMBERS}{alice.pk}/remove", {}),
+    ):
+        response = admin.post(url, data)
+        assert response.status_code == 409
+        assert b"only admin" in response.content
+    assert roles.ADMIN in permissions_of(user=alice, tenant=acme)
+
+
+def test_removing_a_member_stops_their_token_at_once(admin, acme, bob, api_as, run):  # noqa: ANN001
+    api = api_as(bob, acme)
+    assert api.get(f"/api/v1/runs/{run.pk}").status_code == 200
+    assert admin.post(f"{MEMBERS}{bob.pk}/remove").status_code == 302
+    assert api.get(f"/api/v1/runs/{run.pk}").status_code == 401
+    assert permissions_of(user=bob, tenant=acme) == frozenset()
+    assert not ApiToken.objects.filter(user=bob, revoked_at__isnull=True).exists()
+    assert [e.target for e in events(acme, "member.removed")] == ["bob"]
+
+
+def test_a_removed_members_token_fails_even_before_it_is_marked_revoked(acme, bob, api_as, run):  # noqa: ANN001
+    api = api_as(bob, acme)
+    # The role rows alone going away (as a raw delete would do) is enough.
+    from tenants.models import TenantUserObjectPermission
+
+    TenantUserObjectPermission.objects.filter(user=bob).delete()
+    assert api.get(f"/api/v1/runs/{run.pk}").status_code == 401
+
+
+def test_an_admin_of_another_tenant_cannot_touch_acmes_members(charlie, bob, acme):  # noqa: ANN001
+    outsider = client_for(charlie)
+    assert outsider.post(f"{MEMBERS}{bob.pk}/role", {"role": "admin"}).status_code == 404
+    assert outsider.post(f"{MEMBERS}{bob.pk}/remove").status_code == 404
+    assert outsider.post(f"{MEMBERS}{bob.pk}/tokens", {"name": "x"}).status_code == 404
+    assert permissions_of(user=bob, tenant=acme) == {roles.OPERATE}
+
+
+# --- tokens --------------------------------------------------------------------------------
+def test_a_token_is_shown_once_stored_hashed_and_shows_when_it_was_last_used(admin, acme, carol):  # noqa: ANN001
+    response = admin.post(f"{MEMBERS}{carol.pk}/tokens", {"name": "laptop"})
+    assert response.status_code == 200
+    assert response["Cache-Control"] == "no-store"
+    secret = re.search(
+        r'<code id="token-secret" class="secret">([^<]+)</code>', response.content.decode()
+    ).group(1)
+    token = ApiToken.objects.get(user=carol, name="laptop")
+    assert token.key_sha256 == hashlib.sha256(secret.encode()).hexdigest()
+    assert secret not in str(list(ApiToken.objects.values()))
+    assert secret not in str(list(AuditEvent.objects.values()))
+    page = admin.get(MEMBERS).content.decode()
+    assert secret not in page
+    assert "never used" in page
+
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    assert api.get("/api/v1/approvals").status_code == 200
+    assert "last used" in admin.get(MEMBERS).content.decode()
+    assert events(acme, "token.issued")[-1].target.endswith("for carol")
+
+
+def test_revoking_a_token_stops_it_with_the_next_request(admin, acme, carol):  # noqa: ANN001
+    token, secret = token_issue(tenant=acme, user=carol, actor=Actor.system("t"))
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    assert api.get("/api/v1/approvals").status_code == 200
+    response = admin.post(f"{MEMBERS}tokens/{token.pk}/revoke", HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    assert api.get("/api/v1/approvals").status_code == 401
+    assert [e.target for e in events(acme, "token.revoked")] == [f"{token.prefix}… of carol"]
+    # Revoking twice records nothing new.
+    admin.post(f"{MEMBERS}tokens/{token.pk}/revoke")
+    assert len(events(acme, "token.revoked")) == 1
+
+
+def test_another_tenants_token_cannot_be_revoked_from_here(admin, globex, charlie):  # noqa: ANN001
+    token, secret = token_issue(tenant=globex, user=charlie, actor=Actor.system("t"))
+    assert admin.post(f"{MEMBERS}tokens/{token.pk}/revoke").status_code == 404
+    token.refresh_from_db()
+    assert token.revoked_at is None
+
+
+def test_a_token_is_only_issued_to_members(acme, charlie):  # noqa: ANN001
+    from checkpoints.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest):
+        token_issue(tenant=acme, user=charlie, actor=Actor.system("t"))
+
+
+def test_every_members_form_carries_a_csrf_token(admin, bob):  # noqa: ANN001
+    html = admin.get(MEMBERS).content.decode()
+    forms = re.findall(r"<form [^>]*method=\"post\".*?</form>", html, re.S)
+    assert len(forms) >= 8
+    assert all("csrfmiddlewaretoken" in form for form in forms)
+    csrf_client = Client(enforce_csrf_checks=True)
+    csrf_client.force_login(bob)
+    assert csrf_client.post(f"{MEMBERS}{bob.pk}/role", {"role": "admin"}).status_code == 403
+    assert reverse("tenants:members") == MEMBERS
