@@ -56,6 +56,8 @@ INSTALLED_APPS = [
     "guardian",
     "tenants",
     "checkpoints",
+    # LangGraph threads (checkpoints.integrations.langgraph); never imports LangGraph itself.
+    "checkpoints.integrations.langgraph_store",
     "approvals",
     "console",
     "retention",

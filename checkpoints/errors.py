@@ -141,3 +141,9 @@ class LastAdmin(CairnError):
 
 class AlreadyMember(CairnError):
     code, status = "already_member", 409
+
+
+class LegalHoldActive(CairnError):
+    """A deletion was asked for data under legal hold (a run's or the whole tenant's)."""
+
+    code, status = "legal_hold", 409
