@@ -1,0 +1,116 @@
+"""Shared helpers for the benchmarks: timing, payloads, the scratch database, Django setup.
+
+Benchmarks are not tests: they report numbers and ratios, they assert nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"
+PG_SERVER = os.environ.get("BENCH_PG_SERVER", "postgres://postgres@127.0.0.1:5432")
+BENCH_DB = os.environ.get("BENCH_DB", "cairn_bench")
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
+QUICK = os.environ.get("BENCH_QUICK") == "1"  # a smoke run: fewer rounds, shorter histories
+
+
+def db_url(name: str = BENCH_DB) -> str:
+    return f"{PG_SERVER}/{name}"
+
+
+def recreate_database(name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name]
+        )
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def payload(size_bytes: int) -> dict:
+    """A JSON agent state of about ``size_bytes``: messages with text, like a chat history."""
+    messages, total, index = [], 0, 0
+    while total < size_bytes:
+        text = (
+            f"Step {index}: the agent read source {index % 7} and noted claim {index * 31 % 97}. "
+        )
+        text = text * 3
+        messages.append({"role": "assistant" if index % 2 else "user", "content": text, "n": index})
+        total += len(text) + 40
+        index += 1
+    return {"messages": messages, "cursor": index, "done": False}
+
+
+@dataclass
+class Measurement:
+    case: str
+    system: str
+    variant: str
+    unit: str = "ms"
+    samples: list[float] = field(default_factory=list)
+    throughput: float | None = None  # operations per second, where it applies
+    note: str = ""
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples) if self.samples else float("nan")
+
+    @property
+    def p95(self) -> float:
+        if not self.samples:
+            return float("nan")
+        ordered = sorted(self.samples)
+        return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+
+    def summary(self) -> dict:
+        data = asdict(self)
+        data.pop("samples")
+        data.update(median=round(self.median, 4), p95=round(self.p95, 4), n=len(self.samples))
+        return data
+
+
+def time_each(operation: Callable[[int], object], count: int, warmup: int) -> list[float]:
+    """Run ``operation(i)`` warmup + count times; return the measured latencies in ms."""
+    for i in range(warmup):
+        operation(i)
+    samples = []
+    for i in range(warmup, warmup + count):
+        start = time.perf_counter()
+        operation(i)
+        samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def write_json(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def setup_django(database: str = BENCH_DB) -> None:
+    """Configure Cairn against the scratch database (call once, before importing Cairn)."""
+    os.environ["DATABASE_URL"] = db_url(database)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cairn.settings")
+    os.environ.setdefault("CELERY_BROKER_URL", REDIS_URL)
+    os.environ.setdefault("CAIRN_HOME", str(RESULTS / ".home"))
+    os.environ["CAIRN_DISPATCH_ON_COMMIT"] = "0"
+    os.environ.setdefault("CAIRN_LOG_LEVEL", "WARNING")
+    if not os.environ.get("CAIRN_ENCRYPTION_KEYS"):
+        from checkpoints.crypto import new_key_spec
+
+        # Worker processes and gunicorn inherit the same key.
+        os.environ["CAIRN_ENCRYPTION_KEYS"] = new_key_spec("bench")
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()

@@ -1,0 +1,168 @@
+"""`make bench`: Cairn against raw SQL, LangGraph's PostgresSaver and DBOS on one PostgreSQL.
+
+Writes bench/results/latest.json, bench/results/latest.md (median, p95, ratio to Cairn) and
+a PNG chart per case. BENCH_QUICK=1 makes a short smoke run. Needs PostgreSQL and Redis on
+127.0.0.1 (override with BENCH_PG_SERVER and BENCH_REDIS_URL).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import (  # noqa: E402
+    BENCH_DB,
+    QUICK,
+    RESULTS,
+    Measurement,
+    db_url,
+    recreate_database,
+    setup_django,
+    write_json,
+)
+
+CASES = os.environ.get("BENCH_CASES", "commit,http,restore,steps,contention").split(",")
+
+
+def machine() -> str:
+    cpu = "unknown cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, {cpu}"
+
+
+def ratios(measurements: list[Measurement]) -> list[dict]:
+    """Each measurement beside the Cairn figure of the same case and variant."""
+    rows = []
+    baseline = {
+        (m.case, m.variant): m.median
+        for m in measurements
+        if m.system in ("cairn", "cairn-service")
+    }
+    for m in measurements:
+        row = m.summary()
+        base = baseline.get((m.case, m.variant))
+        if m.case == "http":
+            base = next((x.median for x in measurements if x.system == "cairn-service"), None)
+        row["ratio_to_cairn"] = round(m.median / base, 3) if base else None
+        rows.append(row)
+    return rows
+
+
+def markdown(rows: list[dict], started: str, elapsed: float) -> str:
+    lines = [
+        f"Measured {started} on {machine()}, PostgreSQL and Redis on loopback; "
+        f"{'quick smoke run' if QUICK else 'full run'} in {elapsed:.0f} s.",
+        "",
+        "| case | system | variant | median | p95 | ops/s | ratio to Cairn |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        ops = f"{r['throughput']:.0f}" if r["throughput"] else ""
+        ratio = f"{r['ratio_to_cairn']:.2f}×" if r["ratio_to_cairn"] else ""
+        lines.append(
+            f"| {r['case']} | {r['system']} | {r['variant']} | {r['median']:.2f} {r['unit']} "
+            f"| {r['p95']:.2f} {r['unit']} | {ops} | {ratio} |"
+        )
+    notes = sorted({r["note"] for r in rows if r["note"]})
+    if notes:
+        lines += ["", *[f"- {note}" for note in notes]]
+    return "\n".join(lines) + "\n"
+
+
+def charts(measurements: list[Measurement]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for case in sorted({m.case for m in measurements}):
+        group = [m for m in measurements if m.case == case and m.unit == "ms"]
+        if not group:
+            continue
+        labels = [f"{m.system}\n{m.variant}" for m in group]
+        fig, ax = plt.subplots(figsize=(max(6, len(group) * 1.1), 4))
+        ax.bar(range(len(group)), [m.median for m in group], color="#4a7")
+        ax.errorbar(
+            range(len(group)),
+            [m.median for m in group],
+            yerr=[[0] * len(group), [m.p95 - m.median for m in group]],
+            fmt="none",
+            ecolor="#333",
+            capsize=3,
+        )
+        ax.set_xticks(range(len(group)), labels, fontsize=7, rotation=30, ha="right")
+        ax.set_ylabel("ms (median, whisker to p95)")
+        ax.set_title(f"Cairn benchmark: {case}")
+        fig.tight_layout()
+        fig.savefig(RESULTS / f"{case}.png", dpi=110)
+        plt.close(fig)
+
+
+def main() -> int:
+    started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    clock = time.perf_counter()
+    recreate_database(BENCH_DB)
+    recreate_database(BENCH_DB + "_dbos")
+    setup_django()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from bench import cairn_side, cases
+
+    tenant = cairn_side.tenant()
+    measurements: list[Measurement] = []
+    dbos = None
+    if {"commit", "steps"} & set(CASES):
+        from bench.peers import Dbos
+
+        dbos = Dbos(db_url(BENCH_DB + "_dbos"))
+    try:
+        if "commit" in CASES:
+            print("case 1: commit", flush=True)
+            measurements += cases.commit_case(tenant, dbos)
+        if "http" in CASES:
+            print("case 2: commit over HTTP", flush=True)
+            from bench.http_case import http_case
+
+            measurements += http_case(tenant)
+        if "restore" in CASES:
+            print("case 3: restore vs history length", flush=True)
+            measurements += cases.restore_case(tenant)
+        if "steps" in CASES:
+            print("case 4: step overhead on workers", flush=True)
+            from bench.workers import worker_case
+
+            measurements += worker_case(tenant, dbos)
+        if "contention" in CASES:
+            print("case 5: contention", flush=True)
+            measurements += cases.contention_case(tenant)
+    finally:
+        if dbos is not None:
+            dbos.close()
+    rows = ratios(measurements)
+    elapsed = time.perf_counter() - clock
+    write_json(
+        RESULTS / "latest.json",
+        {"started": started, "machine": machine(), "quick": QUICK, "results": rows},
+    )
+    table = markdown(rows, started, elapsed)
+    (RESULTS / "latest.md").write_text(table)
+    charts(measurements)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
