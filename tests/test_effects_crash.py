@@ -1,0 +1,120 @@
+"""The crash matrix: a real worker process is SIGKILLed at each boundary of the side-effect
+protocol while it publishes to the real local publishing service; a new worker resumes.
+
+Whatever the boundary, the provider saw exactly one effect, the operation ends confirmed
+with the provider's id stored, and no step after the effect runs again.
+"""
+
+from __future__ import annotations
+
+import kombu.pools
+import pytest
+from django.utils import timezone
+
+from checkpoints.effects import BOUNDARIES
+from checkpoints.models import Checkpoint, ExternalOperation, Run, RunStatus
+from checkpoints.runtime.rescue import runs_rescue
+from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.runs import run_create
+from tenants.services import Actor
+from tests.effects_workflows import runs_of, target_of
+from tests.publishing import publishing_service  # noqa: F401
+from tests.worker_fixtures import TEST_WORKFLOW_MODULES, wait_for
+
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+# What the dying worker leaves behind at each boundary: the operation's status and how
+# many publications the provider already holds.
+AT_CRASH = {
+    "reserved": ("reserved", 0),
+    "pending": ("pending", 0),
+    "accepted": ("pending", 1),
+    "stored": ("confirmed", 1),
+    "checkpointed": ("confirmed", 1),
+}
+CHECKPOINTS = [
+    ("prepare", ""),
+    ("publish", "prepare"),
+    ("publish", "publish"),  # the pending checkpoint
+    ("publish", "publish"),  # the post-action checkpoint
+    ("announce", "publish"),
+    ("done", "announce"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_broker_pools(broker):  # noqa: ANN001
+    # The broker fixture closes the broker's connection pool at teardown but kombu keeps
+    # the closed pool registered under the broker URL; with Redis (one URL for every test)
+    # the next test would publish through it and fail. Start each test from new pools.
+    kombu.pools.reset()
+
+
+def test_the_matrix_covers_every_boundary_of_the_protocol():
+    assert tuple(AT_CRASH) == BOUNDARIES
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_a_worker_killed_at_each_boundary_is_resumed_with_exactly_one_effect(
+    boundary: str,
+    acme,  # noqa: ANN001
+    worker_factory,  # noqa: ANN001
+    publishing_service,  # noqa: ANN001, F811
+    tmp_path,  # noqa: ANN001
+):
+    count_dir = tmp_path / "counts"
+    count_dir.mkdir()
+    marker = tmp_path / "crashed"
+    env = {
+        "CAIRN_PUBLISHING_URL": publishing_service.url,
+        "CAIRN_PUBLISHING_TOKEN_REF": "",
+        "CAIRN_PROVIDER_TIMEOUT_SECONDS": "2",
+        "CAIRN_WORKFLOW_MODULES": f"{TEST_WORKFLOW_MODULES},tests.effects_workflows",
+    }
+    run = run_create(
+        tenant=acme,
+        workflow_type="effects_demo",
+        inputs={"title": "Why build cairns?", "count_dir": str(count_dir)},
+        budget={"max_attempts": 10},
+        actor=Actor.system("test"),
+    )
+    doomed = worker_factory(
+        "doomed",
+        env={**env, "CAIRN_TEST_CRASH_AT": boundary, "CAIRN_TEST_CRASH_MARKER": str(marker)},
+    )
+    wait_for(lambda: marker.exists() and not doomed.alive, what=f"the worker to die at {boundary}")
+    assert doomed.process.returncode == -9  # SIGKILL: no handler ran
+    operation = ExternalOperation.objects.get(run=run)
+    assert (operation.status, publishing_service.stats()["publications"]) == AT_CRASH[boundary]
+    at_crash = Run.objects.get(pk=run.pk)
+    assert (at_crash.status, at_crash.state) == (RunStatus.RUNNING, "publish")
+
+    wait_for(
+        lambda: Run.objects.get(pk=run.pk).lease_expires_at < timezone.now(),
+        what="the dead worker's lease to expire",
+    )
+    assert runs_rescue() == 1
+    worker_factory("rescuer", env=env)
+    wait_for(
+        lambda: Run.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED,
+        what=f"the run to finish after a crash at {boundary}",
+    )
+    run = Run.objects.get(pk=run.pk)
+
+    stats = publishing_service.stats()
+    assert stats["publications"] == 1
+    assert stats["by_target"] == {target_of(run.pk): 1}
+    assert stats["perform_requests"] == {operation.idempotency_key: 1}
+    operation.refresh_from_db()
+    assert operation.status == "confirmed"
+    assert operation.provider_operation_id == stats["ids"][operation.idempotency_key]
+    assert ExternalOperation.objects.filter(run=run).count() == 1
+    # Nothing before the effect ran again, nothing after it repeated.
+    assert (
+        list(Checkpoint.objects.filter(run=run).order_by("sequence").values_list("state", "step"))
+        == CHECKPOINTS
+    )
+    assert (runs_of(count_dir, "prepare"), runs_of(count_dir, "announce")) == (1, 1)
+    assert runs_of(count_dir, "publish") == 2  # killed, then resumed
+    assert run.restore_count == 1
+    assert run_verify(tenant=acme, run_id=run.pk)["ok"]
