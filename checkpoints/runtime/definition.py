@@ -175,6 +175,11 @@ class Workflow:
             self._claim(state)
             self.terminals.append(state)
 
+    @property
+    def states(self) -> list[str]:
+        """Every declared state, in declaration order (the first is the initial state)."""
+        return list(self._order)
+
     # --- the declarative form ---------------------------------------------------------------
     def definition(self) -> dict[str, Any]:
         """The normalized declarative definition (what the API stores and checks commits

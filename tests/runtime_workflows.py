@@ -1,0 +1,59 @@
+"""Workflows the worker tests run (loaded by test workers via CAIRN_WORKFLOW_MODULES).
+
+``research_gated`` is the demo research workflow with a gate in front of every step: the
+step records each execution in ``<gate_dir>/<step>.runs``, spends model tokens, and when
+``<gate_dir>/<step>.hold`` exists it writes ``<step>.entered`` and blocks until the hold
+file is removed. A test can so kill a worker exactly in the middle of a chosen step.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from checkpoints.runtime import StepContext, Workflow
+from checkpoints.runtime.demo import research
+
+
+def _gated(fn, name: str):  # noqa: ANN001, ANN202
+    def step(ctx: StepContext) -> Any:
+        gate = Path(ctx.inputs["gate_dir"])
+        with open(gate / f"{name}.runs", "a") as handle:
+            handle.write(f"{os.getpid()}\n")
+        ctx.model.complete(prompt=f"before {name}")  # usage spent before a possible crash
+        hold = gate / f"{name}.hold"
+        if hold.exists():
+            (gate / f"{name}.entered").write_text(str(os.getpid()))
+            while hold.exists():
+                time.sleep(0.05)
+        return fn(ctx)
+
+    return step
+
+
+research_gated = Workflow("research_gated", version="1")
+for _state in research.states:
+    if _state in research.steps:
+        _spec = research.steps[_state]
+        research_gated.add_step(
+            _state,
+            _gated(_spec.fn, _spec.name),
+            next=_spec.next,
+            name=_spec.name,
+            effect_action=_spec.effect_action,
+        )
+    elif _state in research.approvals:
+        _approval = research.approvals[_state]
+        research_gated.approval(
+            _state,
+            next=_approval.next,
+            rejected=_approval.rejected,
+            artifact=_approval.artifact,
+            action=_approval.action,
+        )
+    else:
+        research_gated.terminal(_state)
+
+GATED_STEPS = [s for s in research.states if s in research.steps][:4]

@@ -1,0 +1,194 @@
+"""Real Celery workers for tests: subprocesses on the test database and a test broker.
+
+``broker`` points this process's Celery app at a per-test broker: Redis when
+``CAIRN_TEST_REDIS_URL`` is set (CI), else the embedded filesystem transport in a temp dir.
+``worker_factory(name=...)`` starts ``celery -A cairn worker --pool solo`` with the same
+database, keys, media root and broker; every worker is killed when the test ends.
+Use them with ``@pytest.mark.django_db(transaction=True)`` so the worker sees committed rows.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings as django_settings
+from django.db import connection
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_WORKFLOW_MODULES = "checkpoints.runtime.demo,tests.runtime_workflows"
+
+
+def wait_for(predicate: Callable[[], object], *, what: str, timeout: float = 60.0) -> object:
+    """Poll until ``predicate()`` is truthy; fail the test naming ``what`` otherwise. This is
+    a condition wait, not a timing assertion: the timeout only bounds a broken run."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@dataclass
+class Broker:
+    url: str
+    env: dict[str, str]
+
+
+def _reset_producer_pools(app) -> None:  # noqa: ANN001
+    if app._pool is not None:
+        app._pool.force_close_all()
+    app._pool = None
+    amqp = app.__dict__.get("amqp")
+    if amqp is not None:
+        amqp._producer_pool = None
+
+
+@pytest.fixture
+def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Broker]:
+    from cairn.celery import app
+
+    redis_url = os.environ.get("CAIRN_TEST_REDIS_URL")
+    if redis_url:
+        url, options = redis_url, {"visibility_timeout": 3600}
+        env = {"CELERY_BROKER_URL": url}
+    else:
+        folder = tmp_path / "broker"
+        for sub in ("out", "processed"):
+            (folder / sub).mkdir(parents=True)
+        url = "filesystem://"
+        options = {
+            "data_folder_in": str(folder / "out"),
+            "data_folder_out": str(folder / "out"),
+            "processed_folder": str(folder / "processed"),
+            "store_processed": False,
+        }
+        env = {"CELERY_BROKER_URL": url, "CAIRN_BROKER_DIR": str(folder)}
+    saved = (app.conf.broker_url, app.conf.broker_transport_options)
+    # Celery reads CELERY_BROKER_URL from the environment before its configuration.
+    monkeypatch.setenv("CELERY_BROKER_URL", url)
+    app.conf.broker_url, app.conf.broker_transport_options = url, options
+    _reset_producer_pools(app)
+    if redis_url:
+        with app.connection_for_write() as conn:
+            conn.default_channel.queue_purge("celery")  # leftovers of an earlier test
+    try:
+        yield Broker(url=url, env=env)
+    finally:
+        _reset_producer_pools(app)
+        app.conf.broker_url, app.conf.broker_transport_options = saved
+
+
+def database_env() -> dict[str, str]:
+    """Environment that points a subprocess at this test run's database."""
+    params = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return {"CAIRN_SQLITE_PATH": str(params["NAME"])}
+    user = quote(params.get("USER") or "", safe="")
+    password = quote(params.get("PASSWORD") or "", safe="")
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    host = params.get("HOST") or "127.0.0.1"
+    port = params.get("PORT") or "5432"
+    return {"DATABASE_URL": f"postgres://{auth}{host}:{port}/{params['NAME']}"}
+
+
+@dataclass
+class Worker:
+    name: str
+    process: subprocess.Popen
+    log_path: Path
+    _log: object = field(repr=False, default=None)
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown handler runs, the lease stays held until it expires."""
+        if self.alive:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """At the end of a test nothing a worker does matters any more: kill the group."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(timeout=30)
+
+
+WORKER_LEASE_SECONDS = 2
+
+
+@pytest.fixture
+def worker_factory(
+    transactional_db, broker: Broker, tmp_path: Path, settings
+) -> Iterator[Callable[..., Worker]]:  # noqa: ANN001
+    """worker_factory(name="w1", env={...}) → a running worker subprocess."""
+    settings.CAIRN_LEASE_SECONDS = WORKER_LEASE_SECONDS  # the rescue sweep in this process
+    started: list[Worker] = []
+
+    def start(name: str = "w1", env: dict[str, str] | None = None) -> Worker:
+        log_path = tmp_path / f"worker-{name}-{len(started)}.log"
+        full_env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "CAIRN_MEDIA_ROOT": str(django_settings.MEDIA_ROOT),
+            "CAIRN_LEASE_SECONDS": str(WORKER_LEASE_SECONDS),
+            "CAIRN_WORKFLOW_MODULES": TEST_WORKFLOW_MODULES,
+            "CAIRN_LOG_LEVEL": "INFO",
+            **broker.env,
+            **database_env(),
+            **(env or {}),
+        }
+        full_env.pop("DJANGO_DEBUG", None)
+        log = open(log_path, "w")  # noqa: SIM115 - closed when the worker is reaped
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "cairn",
+                "worker",
+                "--pool",
+                "solo",
+                "--loglevel",
+                "INFO",
+                "--hostname",
+                f"{name}-{len(started)}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            cwd=REPO,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: kill() reaches every child
+        )
+        worker = Worker(name=name, process=process, log_path=log_path, _log=log)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+        worker._log.close()
+        # Shown by pytest only when the test failed.
+        print(f"--- worker {worker.name} log (tail) ---\n{worker.log()[-4000:]}")
