@@ -80,7 +80,9 @@ def _content_context(request: HttpRequest, row: ApprovalRequest) -> dict[str, ob
     """The artifact as shown, the sha256 of exactly those bytes, and the diff."""
     tenant, actor = request.console.tenant, request.console.actor
     try:
-        artifact, data = artifact_read(tenant=tenant, artifact_id=row.artifact_id, actor=actor)
+        artifact, data = artifact_read(
+            tenant=tenant, artifact_id=row.artifact_id, actor=actor, run_id=row.run_id
+        )
     except IntegrityFailure as exc:
         return {"content_error": exc.detail}
     shown_sha = hashlib.sha256(data).hexdigest()
@@ -98,7 +100,9 @@ def _content_context(request: HttpRequest, row: ApprovalRequest) -> dict[str, ob
         context["diff_same"] = True
         return context
     try:
-        _, old = artifact_read(tenant=tenant, artifact_id=previous.artifact_id, actor=actor)
+        _, old = artifact_read(
+            tenant=tenant, artifact_id=previous.artifact_id, actor=actor, run_id=row.run_id
+        )
     except IntegrityFailure as exc:
         context["diff_error"] = exc.detail
         return context

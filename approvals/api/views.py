@@ -154,7 +154,7 @@ class ApprovalArtifactView(CairnAPIView):
     def get(self, request: Request, approval_id: str) -> HttpResponse:
         row = request_get(tenant=self.tenant, request_id=approval_id, user=request.user)
         artifact, data = artifact_read(
-            tenant=self.tenant, artifact_id=row.artifact_id, actor=self.actor
+            tenant=self.tenant, artifact_id=row.artifact_id, actor=self.actor, run_id=row.run_id
         )
         response = HttpResponse(data, content_type="application/octet-stream")
         response["X-Artifact-Media-Type"] = artifact.media_type

@@ -97,15 +97,17 @@ def artifact_content(artifact: Artifact) -> bytes:
 
 
 def artifact_read(
-    *, tenant: Tenant, artifact_id: UUID | str, actor: Actor
+    *, tenant: Tenant, artifact_id: UUID | str, actor: Actor, run_id: UUID | str | None = None
 ) -> tuple[Artifact, bytes]:
-    """Decrypted content for a person or client; the read is audited."""
+    """Decrypted content for a person or client; the read is audited (under ``run_id``
+    when the reader came through a run, so the run's audit trail shows it)."""
     artifact = artifact_get(tenant=tenant, artifact_id=artifact_id)
     data = artifact_content(artifact)
     audit_record(
         tenant=tenant,
         actor=actor,
         action="artifact.read",
+        run_id=run_id,
         target=str(artifact.id),
         details={"sha256": artifact.sha256},
     )

@@ -91,7 +91,7 @@ def artifact_view(request: HttpRequest, run_id: UUID, artifact_id: UUID) -> Http
     artifact, data, error = None, b"", ""
     try:
         artifact, data = artifact_read(
-            tenant=access.tenant, artifact_id=artifact_id, actor=access.actor
+            tenant=access.tenant, artifact_id=artifact_id, actor=access.actor, run_id=run.pk
         )
     except CairnError as exc:
         if exc.status == 404:
