@@ -40,6 +40,9 @@ from checkpoints.integrations.langgraph import CairnSaver  # noqa: E402
 from checkpoints.integrations.langgraph_store.selectors import thread_head_run  # noqa: E402
 
 ACTION = "publish"
+# Each checkpoint is in Cairn before the next step starts, so a crash loses no finished step
+# (LangGraph's default, "async", writes checkpoints while the next step already runs).
+DURABILITY = "sync"
 WORK_SECONDS = 0.0  # how long the draft step "calls the model" (set by --work-seconds)
 
 
@@ -148,10 +151,10 @@ def command_run(graph, saver: CairnSaver, args: argparse.Namespace) -> int:  # n
         print("waiting: the thread already waits for a decision; use `resume`", flush=True)
         return 0
     if not snapshot.values:
-        graph.invoke({"topic": args.topic, "log": []}, config)
+        graph.invoke({"topic": args.topic, "log": []}, config, durability=DURABILITY)
     elif snapshot.next:
         print(f"continuing from Cairn before: {', '.join(snapshot.next)}", flush=True)
-        graph.invoke(None, config)
+        graph.invoke(None, config, durability=DURABILITY)
     snapshot = graph.get_state(config)
     if snapshot.interrupts:
         report_waiting(saver, args.thread, snapshot.values)
@@ -177,7 +180,7 @@ def command_resume(graph, saver: CairnSaver, args: argparse.Namespace) -> int:  
     if run.is_terminal:
         print(f"ended: the run is {run.status} ({run.status_reason})", flush=True)
         return 4
-    graph.invoke(Command(resume=answer), config)
+    graph.invoke(Command(resume=answer), config, durability=DURABILITY)
     print("done: " + json.dumps(graph.get_state(config).values, sort_keys=True), flush=True)
     return 0
 
