@@ -258,6 +258,15 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Several models have a "status": name each set of choices so clients get stable enums.
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "checkpoints.models.RunStatus",
+        "ExecutionEnum": "checkpoints.models.Execution",
+        "ArtifactKindEnum": "checkpoints.models.ArtifactKind",
+        "OperationStatusEnum": "checkpoints.models.OperationStatus",
+        "ApprovalStatusEnum": "approvals.models.ApprovalStatus",
+        "DecisionKindEnum": "approvals.models.DecisionKind",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "checkpoints.api.schema.add_common_responses",
