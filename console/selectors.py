@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import Any
@@ -92,12 +93,12 @@ def _search(text: str) -> Q:
     text = text.strip()
     match = Q(objective_ref__icontains=text)
     compact = text.lower().replace("-", "")
-    if len(compact) >= 4 and all(c in "0123456789abcdef" for c in compact):
-        if len(compact) == 32:
-            match |= Q(pk=compact)
-        else:
-            # A prefix as people copy it from the table (the first 8 hex digits).
-            match |= Q(id__startswith=text.lower())
+    if 4 <= len(compact) <= 32 and all(c in "0123456789abcdef" for c in compact):
+        # An id prefix as people copy it from the table: a primary-key range, which the
+        # index answers on every database (no text cast of the uuid).
+        low = uuid.UUID(compact.ljust(32, "0"))
+        high = uuid.UUID(compact.ljust(32, "f"))
+        match |= Q(pk__gte=low, pk__lte=high)
     return match
 
 

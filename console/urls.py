@@ -15,6 +15,7 @@ urlpatterns = [
     path("tenant/", home.tenant_switch, name="tenant_switch"),
     path("runs/", runs.runs, name="runs"),
     path("runs/rows/", runs.run_rows, name="run_rows"),
+    path("runs/counts/", runs.run_counts, name="run_counts"),
     path("runs/<uuid:run_id>/", run_detail.run_detail, name="run_detail"),
     path("runs/<uuid:run_id>/snapshot/", run_detail.run_snapshot, name="run_snapshot"),
     path("runs/<uuid:run_id>/actions/<str:action>/", actions.run_action, name="run_action"),

@@ -111,12 +111,28 @@ def test_counts_per_status_ignore_the_status_filter(bob_client, bob, acme, workf
     story_run(acme, bob)
     plain_run(acme, bob)
     plain_run(acme, bob)
-    html = get(bob_client, status="running")
+    page_html = get(bob_client, status="running")
+    # The page asks for its counts separately, with the same filters.
+    load = re.search(r'id="status-counts" hx-get="([^"]+)" hx-trigger="load"', page_html)
+    assert load and "status=running" in load.group(1)
+    response = bob_client.get(load.group(1).replace("&amp;", "&"), HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert "<html" not in html and "hx-trigger" not in html
     running = re.search(r'data-status="running"[^>]*>Running <span class="count">(\d+)', html)
     waiting = re.search(
         r'data-status="waiting_approval"[^>]*>Waiting Approval <span class="count">(\d+)', html
     )
     assert (running.group(1), waiting.group(1)) == ("2", "1")
+    assert 'aria-current="true">Running' in html
+
+
+def test_counts_follow_the_other_filters(bob_client, bob, acme, workflow):  # noqa: ANN001
+    story_run(acme, bob, objective="match-me")
+    plain_run(acme, bob, objective="match-me too")
+    plain_run(acme, bob, objective="nope")
+    response = bob_client.get(reverse("console:run_counts"), {"q": "match-me"})
+    html = response.content.decode()
+    assert re.search(r'>All <span class="count">2<', html)
 
 
 @pytest.mark.parametrize(
@@ -210,6 +226,7 @@ def test_who_may_see_the_runs(request, who, status):  # noqa: ANN001
     client.force_login(request.getfixturevalue(who))
     assert client.get(reverse("console:runs")).status_code == status
     assert client.get(reverse("console:run_rows")).status_code == status
+    assert client.get(reverse("console:run_counts")).status_code == status
 
 
 def _queries(client: Client, url: str, params: dict) -> int:  # noqa: ANN001
@@ -220,12 +237,16 @@ def _queries(client: Client, url: str, params: dict) -> int:  # noqa: ANN001
 
 def test_the_runs_page_query_count_does_not_grow_with_rows(bob_client, bob, acme, workflow):  # noqa: ANN001
     story_run(acme, bob)
-    url = reverse("console:runs")
+    url, counts = reverse("console:runs"), reverse("console:run_counts")
     filters = {"stalled": "on", "waiting_approval": "on", "q": "ticket", "sort": "-updated"}
-    few = (_queries(bob_client, url, {}), _queries(bob_client, url, filters))
+
+    def measure() -> tuple[int, ...]:
+        return tuple(_queries(bob_client, u, p) for u in (url, counts) for p in ({}, filters))
+
+    few = measure()
     for index in range(25):
         story_run(acme, bob, objective=f"ticket-{index + 2}")
-    many = (_queries(bob_client, url, {}), _queries(bob_client, url, filters))
+    many = measure()
     assert few == many
     html = get(bob_client, **filters)
     assert len(row_ids(html)) == 26

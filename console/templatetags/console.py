@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
+from datetime import datetime
+from functools import lru_cache
+
 from django import template
 from django.http import HttpRequest
+from django.urls import get_script_prefix, reverse
+from django.utils import timezone
+from django.utils.safestring import SafeString, mark_safe
 
 from console.menu import menu_for
 from tenants.selectors import request_permissions, request_tenant, tenants_of
@@ -44,3 +51,35 @@ def percent_of(used: float | int | None, limit: float | int | None) -> int:
     if not limit or used is None:
         return 0
     return max(0, min(100, round(100 * float(used) / float(limit))))
+
+
+@register.filter
+def stamp(value: datetime | None) -> SafeString | str:
+    """A <time> element in UTC. Much cheaper than ``|date`` twice, which matters at 50
+    rows a page and a refresh every few seconds."""
+    if value is None:
+        return "—"
+    moment = timezone.localtime(value)
+    # isoformat/strftime output holds no markup characters.
+    return mark_safe(
+        f'<time datetime="{moment.isoformat()}">{moment.strftime("%Y-%m-%d %H:%M:%S")}</time>'
+    )
+
+
+_SENTINEL = uuid.UUID(int=0)
+
+
+@lru_cache(maxsize=8)
+def _run_url_template(script_prefix: str) -> str:
+    return reverse("console:run_detail", args=[_SENTINEL])
+
+
+@register.filter
+def run_url(run_id: uuid.UUID | str) -> str:
+    """The run page's URL without a resolver walk per row."""
+    return _run_url_template(get_script_prefix()).replace(str(_SENTINEL), str(run_id))
+
+
+@register.filter
+def short_id(value: object) -> str:
+    return str(value)[:8]

@@ -42,11 +42,8 @@ def runs(request: HttpRequest) -> HttpResponse:
     tenant = request.console.tenant
     form = RunFilterForm(request.GET or None, tenant=tenant)
     filters = form.filters()
-    matching = runs_matching(tenant, filters)
-    # Counts ignore the status filter so every chip says what clicking it would show.
-    counts = status_counts(runs_matching(tenant, {**filters, "status": ""}))
     page = keyset_page(
-        with_row_facts(matching, tenant),
+        with_row_facts(runs_matching(tenant, filters), tenant),
         sort=filters["sort"],
         cursor=request.GET.get("cursor"),
         size=PAGE_SIZE,
@@ -55,13 +52,29 @@ def runs(request: HttpRequest) -> HttpResponse:
         "form": form,
         "page": page,
         "rows": page.rows,
-        "counts": [(status, label, counts[status]) for status, label in RunStatus.choices],
-        "total": sum(counts.values()),
+        "counts": None,  # loaded by htmx from run_counts
+        "status_choices": [(status, label, None) for status, label in RunStatus.choices],
         "current_status": filters.get("status") or "",
         "sort_headers": _sort_headers(filters["sort"]),
         "refresh_seconds": REFRESH_SECONDS,
     }
     return render(request, "console/runs.html", context)
+
+
+@console_view(roles.OPERATE)
+def run_counts(request: HttpRequest) -> HttpResponse:
+    """Runs per status under the page's filters, except the status filter itself, so each
+    chip says what clicking it would show."""
+    tenant = request.console.tenant
+    filters = RunFilterForm(request.GET or None, tenant=tenant).filters()
+    counts = status_counts(runs_matching(tenant, {**filters, "status": ""}))
+    context = {
+        "counts": counts,
+        "total": sum(counts.values()),
+        "status_choices": [(status, label, counts[status]) for status, label in RunStatus.choices],
+        "current_status": filters.get("status") or "",
+    }
+    return render(request, "console/runs.html#counts", context)
 
 
 @console_view(roles.OPERATE)

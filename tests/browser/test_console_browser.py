@@ -40,6 +40,10 @@ def test_an_operator_filters_the_runs_and_the_filter_stays_in_the_url(
     expect(page).to_have_url(re.compile(r"/runs/$"))
     table = page.locator("#run-rows")
     expect(table.locator("tr")).to_have_count(3)
+    # The counts per status arrive in their own request after the rows.
+    counts = page.get_by_role("navigation", name="Runs by status")
+    expect(counts.locator('[data-status="running"] .count')).to_have_text("2")
+    expect(counts.locator('[data-status="waiting_approval"] .count')).to_have_text("1")
     screenshot(page, "runs-list")
 
     page.get_by_label("Status", exact=True).select_option("waiting_approval")
