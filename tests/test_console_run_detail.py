@@ -49,6 +49,8 @@ def test_the_run_page_shows_the_timeline_with_short_hashes(bob, story):  # noqa:
     html = page(bob, "console:run_detail", story.pk)
     sequences = re.findall(r'<tr data-sequence="(\d+)">', html)
     assert sequences == ["3", "2", "1"]
+    for sequence in (1, 2, 3):
+        assert reverse("console:checkpoint_detail", args=[story.pk, sequence]) in html
     for checkpoint in Checkpoint.objects.filter(run=story):
         assert f'title="{checkpoint.sha256}">{checkpoint.sha256[:12]}<' in html
     assert ">bob<" in html

@@ -6,6 +6,7 @@ from uuid import UUID
 
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 
 from checkpoints.errors import CairnError
 from checkpoints.services.artifacts import artifact_read
@@ -51,6 +52,8 @@ def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
         **_snapshot_context(run),
         "access": access,
         "checkpoints": run_reads.timeline(run),
+        # One reverse for up to TIMELINE_LIMIT links: the sequence is the URL's last part.
+        "checkpoint_url_prefix": reverse("console:checkpoint_detail", args=[run.pk, 0])[:-2],
         "timeline_limit": run_reads.TIMELINE_LIMIT,
         "machine": machine_drawing(definition, run_reads.states_visited(run), run.state),
         "workflow_states": definition["states"],
