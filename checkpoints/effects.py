@@ -155,7 +155,9 @@ class _Effect:
                     run_id=self.ctx.run_id,
                     expected_version=self.keeper.version,
                     state=self.ctx.state,
-                    step=self.ctx.step,
+                    # Not the step's accepted result (that is the step's own commit): an
+                    # effect checkpoint names no step, its pending action names the key.
+                    step="",
                     envelope={
                         "side_effects": effects,
                         "budgets": {key: used[key] for key in BUDGET_USED_KEYS},

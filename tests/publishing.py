@@ -109,3 +109,14 @@ def publishing_service(tmp_path):  # noqa: ANN001, ANN201
         yield service
     finally:
         service.stop()
+
+
+@pytest.fixture(autouse=True)
+def _publishing_for_worker_tests(request):  # noqa: ANN001, ANN202
+    """Tests that start workers get a publishing service, named by CAIRN_PUBLISHING_URL
+    (workers inherit the environment) and in this process's settings."""
+    if "worker_factory" not in request.fixturenames:
+        return
+    service = request.getfixturevalue("publishing_service")
+    request.getfixturevalue("monkeypatch").setenv("CAIRN_PUBLISHING_URL", service.url)
+    request.getfixturevalue("settings").CAIRN_PUBLISHING_URL = service.url

@@ -10,7 +10,7 @@ import pytest
 
 from checkpoints.providers.base import EffectRequest, Outcome
 from checkpoints.providers.http import HttpProvider
-from tests.publishing import PublishingService, free_port, publishing_service  # noqa: F401
+from tests.publishing import PublishingService, free_port
 
 REQUEST = EffectRequest(
     action="publish",
@@ -25,7 +25,7 @@ def adapter(service: PublishingService, **options) -> HttpProvider:  # noqa: ANN
 
 
 def test_it_publishes_once_per_key_and_answers_a_repeat_with_the_same_publication(
-    publishing_service,  # noqa: F811, ANN001
+    publishing_service,  # noqa: ANN001
 ):
     provider = adapter(publishing_service)
     first = provider.perform(key="k-1", request=REQUEST)
@@ -38,7 +38,7 @@ def test_it_publishes_once_per_key_and_answers_a_repeat_with_the_same_publicatio
     assert stats["perform_requests"] == {"k-1": 2}
 
 
-def test_it_refuses_a_key_reused_for_a_different_publication(publishing_service):  # noqa: F811, ANN001
+def test_it_refuses_a_key_reused_for_a_different_publication(publishing_service):  # noqa: ANN001
     provider = adapter(publishing_service)
     provider.perform(key="k-1", request=REQUEST)
     other = EffectRequest(action="publish", target="blog/other", payload={"title": "Other"})
@@ -48,7 +48,7 @@ def test_it_refuses_a_key_reused_for_a_different_publication(publishing_service)
     assert publishing_service.stats()["publications"] == 1
 
 
-def test_it_looks_a_publication_up_by_key_and_by_client_reference(publishing_service):  # noqa: F811, ANN001
+def test_it_looks_a_publication_up_by_key_and_by_client_reference(publishing_service):  # noqa: ANN001
     provider = adapter(publishing_service)
     done = provider.perform(key="k-1", request=REQUEST)
     by_key = provider.lookup(key="k-1")
@@ -62,7 +62,7 @@ def test_it_looks_a_publication_up_by_key_and_by_client_reference(publishing_ser
 
 @pytest.mark.parametrize("fault", ["drop", "timeout"])
 def test_an_accepted_request_without_an_answer_is_unknown_and_the_lookup_confirms_it(
-    publishing_service,  # noqa: F811, ANN001
+    publishing_service,  # noqa: ANN001
     fault: str,
 ):
     answer = adapter(publishing_service, extra_headers={"X-Fault": fault}).perform(
@@ -76,7 +76,7 @@ def test_an_accepted_request_without_an_answer_is_unknown_and_the_lookup_confirm
 
 
 def test_a_failure_before_accepting_is_unknown_to_the_client_but_nothing_was_recorded(
-    publishing_service,  # noqa: F811, ANN001
+    publishing_service,  # noqa: ANN001
 ):
     answer = adapter(publishing_service, extra_headers={"X-Fault": "fail"}).perform(
         key="k-1", request=REQUEST
@@ -98,7 +98,7 @@ def test_an_unreachable_provider_is_reported_as_not_sent():
     assert asked.reason.startswith("could not ask")
 
 
-def test_a_provider_without_lookup_cannot_tell(publishing_service):  # noqa: F811, ANN001
+def test_a_provider_without_lookup_cannot_tell(publishing_service):  # noqa: ANN001
     adapter(publishing_service).perform(key="k-1", request=REQUEST)
     publishing_service.faults(lookup="nolookup")
     answer = adapter(publishing_service).lookup(key="k-1")
@@ -108,7 +108,7 @@ def test_a_provider_without_lookup_cannot_tell(publishing_service):  # noqa: F81
     assert no_path.lookup(key="k-1").outcome == Outcome.UNKNOWN
 
 
-def test_queued_faults_apply_to_the_next_requests_in_turn(publishing_service):  # noqa: F811, ANN001
+def test_queued_faults_apply_to_the_next_requests_in_turn(publishing_service):  # noqa: ANN001
     publishing_service.faults("fail", "drop")
     provider = adapter(publishing_service)
     assert provider.perform(key="k-1", request=REQUEST).outcome == Outcome.UNKNOWN  # fail
@@ -119,7 +119,7 @@ def test_queued_faults_apply_to_the_next_requests_in_turn(publishing_service):  
     assert publishing_service.stats()["by_key"] == {"k-1": 1}
 
 
-def test_a_restarted_service_keeps_its_publications(publishing_service):  # noqa: F811, ANN001
+def test_a_restarted_service_keeps_its_publications(publishing_service):  # noqa: ANN001
     first = adapter(publishing_service).perform(key="k-1", request=REQUEST)
     publishing_service.restart()
     again = adapter(publishing_service).perform(key="k-1", request=REQUEST)

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from checkpoints.effects import effect_perform
 from checkpoints.models import ArtifactKind, Run
 from tenants.models import Tenant
 from tenants.services import Actor
@@ -115,12 +116,24 @@ research.approval(
 
 @research.effect("publish", next="done", action="publish")
 def publish(ctx: StepContext) -> dict[str, Any]:
-    # PLACEHOLDER: the real publish is an external side effect (an HTTP call to the
-    # publishing service, reserved under an idempotency key and reconciled on restore).
-    # Until that lands it only records that the approved draft would be published.
+    """Publish the approved draft to the publishing service, exactly once: reserved under an
+    idempotency key, checkpointed pending, confirmed, reconciled after any crash."""
     draft = ctx.artifact_ref("draft")
-    ctx.record_validator("publish_placeholder", passed=True, detail="not sent anywhere yet")
-    return {"published": False, "draft_sha256": draft["sha256"]}
+    done = effect_perform(
+        ctx,
+        target=f"research/{ctx.run_id}",
+        request={
+            "title": ctx.inputs.get("question", "What do the sources say?"),
+            "body": ctx.artifact_text("draft"),
+            "draft_sha256": draft["sha256"],
+        },
+    )
+    return {
+        "published": True,
+        "provider_operation_id": done.provider_operation_id,
+        "url": done.result.get("url"),
+        "draft_sha256": draft["sha256"],
+    }
 
 
 research.terminal("done", "rejected")
