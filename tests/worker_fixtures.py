@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+import kombu.pools
 import pytest
 from django.conf import settings as django_settings
 from django.db import connection
@@ -47,8 +48,10 @@ class Broker:
 
 
 def _reset_producer_pools(app) -> None:  # noqa: ANN001
-    if app._pool is not None:
-        app._pool.force_close_all()
+    # Celery's app.pool is kombu's global pool for the broker URL: closing it alone leaves
+    # the closed pool registered, and the next test on the same URL (Redis) fails to
+    # publish. reset() closes every pool and forgets them.
+    kombu.pools.reset()
     app._pool = None
     amqp = app.__dict__.get("amqp")
     if amqp is not None:
