@@ -1,11 +1,14 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from observability import views as metrics_views
+
 urlpatterns = [
     path("api/v1/", include(("checkpoints.api.urls", "api"), namespace="api")),
     path("api/v1/", include("approvals.api.urls", namespace="approvals_api")),
     path("approvals/", include("approvals.urls", namespace="approvals")),
     path("admin/", admin.site.urls),
+    path("metrics", metrics_views.metrics, name="metrics"),
     path("", include("tenants.urls", namespace="tenants")),
     path("", include(("console.urls", "console"), namespace="console")),
 ]

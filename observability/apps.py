@@ -2,7 +2,10 @@ from django.apps import AppConfig
 
 
 class ObservabilityConfig(AppConfig):
-    """Metrics, alerts and the structured-log checks. No models: the rows it needs live in
-    the retention app (``MetricTotal``, ``CommitLatencySample``)."""
+    """Metrics, alerts and the console's alert list. No models: the rows it needs live in
+    the retention app (``MetricTotal``, ``MetricIncrement``, ``CommitLatencySample``)."""
 
     name = "observability"
+
+    def ready(self) -> None:
+        from observability import checks  # noqa: F401

@@ -40,11 +40,11 @@ def _fold(samples: Q | None = None) -> dict[str, float]:
     """Cumulative bucket counts, count and sum of the samples matching ``samples``."""
     rows = CommitLatencySample.objects.filter(samples or Q())
     aggregates = {f"b{i}": Count("id", filter=Q(seconds__lte=b)) for i, b in enumerate(BUCKETS)}
-    values = rows.aggregate(total=Count("id"), seconds=Sum("seconds"), **aggregates)
+    values = rows.aggregate(total=Count("id"), total_seconds=Sum("seconds"), **aggregates)
     folded = {_le(b): float(values[f"b{i}"]) for i, b in enumerate(BUCKETS)}
     folded['le="+Inf"'] = float(values["total"])
     folded["count"] = float(values["total"])
-    folded["sum"] = float(values["seconds"] or 0.0)
+    folded["sum"] = float(values["total_seconds"] or 0.0)
     return folded
 
 

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from checkpoints.models import ACTIVE_STATUSES, Run, RunStatus
 from checkpoints.services import outbox
+from observability.logs import transition_log
 from tenants.services import Actor, audit_record
 
 log = logging.getLogger("cairn.runtime")
@@ -47,6 +48,15 @@ def run_pause_for_review(*, run_id: UUID, expected_version: int, reason: str, ac
             action="run.paused_for_review",
             run_id=run.id,
             reason=reason[:2000],
+        )
+        transition_log(
+            event="run paused for review",
+            run_id=run.id,
+            tenant=run.tenant.slug,
+            sequence=run.checkpoint_sequence,
+            state=run.state,
+            step=run.step,
+            status=RunStatus.PAUSED_FOR_REVIEW,
         )
     log.warning("run paused for review", extra={"run": str(run_id), "reason": reason})
     return True

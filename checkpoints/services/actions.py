@@ -38,6 +38,7 @@ from checkpoints.errors import (
 from checkpoints.models import Execution, Run, RunStatus
 from checkpoints.services import outbox
 from checkpoints.services.budgets import budget_exhausted
+from observability.logs import transition_log
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record
 
@@ -112,6 +113,16 @@ def version_bump(run: Run, expected_version: int, **fields: Any) -> int:
     if updated != 1:
         run.refresh_from_db(fields=["version"])
         raise stale_version_error(run, expected_version)
+    if "status" in fields:
+        transition_log(
+            event="run status changed",
+            run_id=run.pk,
+            tenant=run.tenant.slug,
+            sequence=run.checkpoint_sequence,
+            state=fields.get("state", run.state),
+            step=fields.get("step", run.step),
+            status=fields["status"],
+        )
     return expected_version + 1
 
 

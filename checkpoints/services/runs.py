@@ -14,6 +14,7 @@ from checkpoints.models import Execution, Run, RunStatus
 from checkpoints.services import outbox
 from checkpoints.services.checkpoints import checkpoint_build, checkpoint_insert, envelope_prepare
 from checkpoints.services.workflows import workflow_resolve
+from observability.logs import transition_log
 from tenants.models import Tenant
 from tenants.services import Actor
 
@@ -170,4 +171,13 @@ def genesis(
         latest_checkpoint_id=checkpoint.id,
         latest_checkpoint_sha256=checkpoint.sha256,
         budget_used=run.budget_used,
+    )
+    transition_log(
+        event="run started",
+        run_id=run.id,
+        tenant=run.tenant.slug,
+        sequence=1,
+        state=run.state,
+        step=run.step,
+        status=run.status,
     )
