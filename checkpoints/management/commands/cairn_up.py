@@ -1,10 +1,12 @@
-"""Start the whole embedded product: web server, Celery worker with the beat scheduler."""
+"""Start the whole embedded product: web server, Celery worker with the beat scheduler, and
+the local publishing service the demo publishes to."""
 
 import os
 import signal
 import subprocess
 import sys
 import time
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management import call_command
@@ -42,6 +44,9 @@ class Command(BaseCommand):
                 f"cairn-embedded-{os.getpid()}@%h",
             ],
         }
+        publishing = _local_publishing_command(python)
+        if publishing:
+            commands["publishing"] = publishing
         # Each child leads its own process group, so stopping it stops its children too
         # (the worker's pool processes).
         processes = {
@@ -68,6 +73,28 @@ class Command(BaseCommand):
                     pass
                 # Whatever is left of the group (a pool child that ignored SIGTERM) goes now.
                 _signal_group(process, signal.SIGKILL)
+
+
+def _local_publishing_command(python: str) -> list[str] | None:
+    """The demo's publish step writes to the local publishing service when
+    CAIRN_PUBLISHING_URL points at this machine: start that service too. Its publications
+    persist in CAIRN_HOME/publishing.json; its token, if any, is the same secret reference."""
+    url = urlsplit(settings.CAIRN_PUBLISHING_URL)
+    if url.scheme != "http" or url.hostname not in ("127.0.0.1", "localhost") or not url.port:
+        return None
+    command = [
+        python,
+        "-m",
+        "checkpoints.providers.publishing_service",
+        "--port",
+        str(url.port),
+        "--state-file",
+        str(settings.CAIRN_HOME / "publishing.json"),
+    ]
+    scheme, _, name = settings.CAIRN_PUBLISHING_TOKEN_REF.partition(":")
+    if scheme == "env" and name:
+        command += ["--token-env", name]
+    return command
 
 
 def _stop(signum, frame):  # noqa: ANN001
