@@ -122,7 +122,9 @@ def with_row_facts(runs: QuerySet[Run], tenant: Tenant) -> QuerySet[Run]:
 
 
 def status_counts(runs: QuerySet[Run]) -> dict[str, int]:
-    rows = runs.order_by().values_list("status").annotate(n=Count("pk"))
+    # COUNT(*) rather than COUNT(id): PostgreSQL can answer it from the (tenant, status)
+    # index alone.
+    rows = runs.order_by().values_list("status").annotate(n=Count("*"))
     counts = {status: 0 for status in RunStatus.values}
     counts.update(dict(rows))
     return counts
