@@ -34,7 +34,8 @@ def runs_rescue(*, limit: int = 500) -> int:
     unsent = Exists(resume.filter(sent_at__isnull=True))
     recently_sent = Exists(resume.filter(sent_at__gte=grace))
     stranded = (
-        Q(status=RunStatus.RUNNING) & expired
+        # A worker that died while reconciling leaves the run ``reconciling``.
+        Q(status__in=(RunStatus.RUNNING, RunStatus.RECONCILING)) & expired
         | Q(status=RunStatus.RUNNING, updated_at__lte=grace) & free & ~recently_sent
         | Q(status=RunStatus.WAITING_RETRY, next_eligible_at__lte=now) & (expired | free)
     )

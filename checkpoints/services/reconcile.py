@@ -132,9 +132,10 @@ def run_reconcile(*, run: Run, actor: Actor) -> ReconcileReport:
     open_operations = list(operations_open(run=run))
     if not open_operations:
         return report
-    previous = run.status
+    # A worker that died mid-reconcile left ``reconciling`` behind: that run was running.
+    previous = RunStatus.RUNNING if run.status == RunStatus.RECONCILING else run.status
     with transaction.atomic():
-        Run.objects.filter(pk=run.pk, status=previous).update(status=RunStatus.RECONCILING)
+        Run.objects.filter(pk=run.pk, status=run.status).update(status=RunStatus.RECONCILING)
     try:
         for operation in open_operations:
             answer = operation_reconcile(operation=operation, actor=actor)
