@@ -291,3 +291,23 @@ def test_settling_the_last_open_operation_finishes_a_cancel(run, bob):
         actor=Actor(user=bob),
     )
     assert Run.objects.get(pk=run.pk).status == RunStatus.CANCELLED
+
+
+def test_key_rotation_reseals_an_operations_request_and_result(run, settings):
+    from checkpoints.crypto import key_id_of, new_key_spec
+    from checkpoints.services.keys import keys_rotate
+
+    operation, _ = reserve(run, request={"title": "Why?"})
+    settle(operation, "pending")
+    operation_confirm(
+        operation_id=operation.id, provider_operation_id="pub_1", result={"url": "/p"}, actor=WORKER
+    )
+    old_spec, new_spec = settings.CAIRN_ENCRYPTION_KEYS, new_key_spec("k2")
+    settings.CAIRN_ENCRYPTION_KEYS = f"{new_spec},{old_spec}"
+    assert keys_rotate(batch_size=1)["operations"] == 2
+    settings.CAIRN_ENCRYPTION_KEYS = new_spec  # the old key is gone
+    stored = ExternalOperation.objects.get(pk=operation.pk)
+    assert {key_id_of(stored.request_sealed), key_id_of(stored.result_sealed)} == {"k2"}
+    assert operation_request(stored) == {"title": "Why?"}
+    assert operation_result(stored) == {"url": "/p"}
+    assert keys_rotate()["operations"] == 0

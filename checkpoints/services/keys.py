@@ -12,6 +12,8 @@ from checkpoints.services.artifacts import artifact_reseal
 from checkpoints.services.checkpoints import checkpoint_envelope, envelope_seal
 
 OPERATION_TABLE, OPERATION_FIELD = "external_operation", "result"
+# Sealed operation columns and the field name each is bound to (checkpoints.services.operations).
+OPERATION_COLUMNS = (("result_sealed", OPERATION_FIELD), ("request_sealed", "request"))
 
 
 def _allow_rotation() -> None:
@@ -62,26 +64,27 @@ def keys_rotate(
         report("artifacts", totals["artifacts"])
 
     sealed_prefix = f"{crypto.FORMAT}.{active}."
-    while True:
-        batch = list(
-            ExternalOperation.objects.exclude(result_sealed="")
-            .exclude(result_sealed__startswith=sealed_prefix)
-            .order_by("pk")[:batch_size]
-        )
-        if not batch:
-            break
-        with transaction.atomic():
-            for operation in batch:
-                scope = dict(
-                    tenant_id=operation.tenant_id,
-                    table=OPERATION_TABLE,
-                    row_id=operation.id,
-                    field=OPERATION_FIELD,
-                )
-                plain = crypto.unseal(operation.result_sealed, **scope)
-                ExternalOperation.objects.filter(pk=operation.pk).update(
-                    result_sealed=crypto.seal(plain, **scope)
-                )
-        totals["operations"] += len(batch)
-        report("operations", totals["operations"])
+    for column, field in OPERATION_COLUMNS:
+        while True:
+            batch = list(
+                ExternalOperation.objects.exclude(**{column: ""})
+                .exclude(**{f"{column}__startswith": sealed_prefix})
+                .order_by("pk")[:batch_size]
+            )
+            if not batch:
+                break
+            with transaction.atomic():
+                for operation in batch:
+                    scope = dict(
+                        tenant_id=operation.tenant_id,
+                        table=OPERATION_TABLE,
+                        row_id=operation.id,
+                        field=field,
+                    )
+                    plain = crypto.unseal(getattr(operation, column), **scope)
+                    ExternalOperation.objects.filter(pk=operation.pk).update(
+                        **{column: crypto.seal(plain, **scope)}
+                    )
+            totals["operations"] += len(batch)
+            report("operations", totals["operations"])
     return totals
