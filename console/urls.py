@@ -1,5 +1,5 @@
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
 from console import actions
 from console.views import checkpoints, health, home, run_detail, runs
@@ -35,5 +35,5 @@ urlpatterns = [
         name="checkpoint_detail",
     ),
     path("health/", health.health, name="health"),
-    path("retention/", home.retention, name="retention"),
+    path("retention/", include("retention.urls")),
 ]

@@ -13,7 +13,6 @@ from datetime import datetime
 from uuid import UUID
 
 from django.conf import settings
-from django.core.cache import cache
 from django.utils import timezone
 
 from checkpoints.models import Run
@@ -21,7 +20,6 @@ from observability.selectors import stalled_operations, tenant_outbox_lag_second
 from tenants.models import Tenant
 
 LIST_LIMIT = 20
-COUNT_CACHE_SECONDS = 15
 
 
 @dataclass(frozen=True)
@@ -97,13 +95,3 @@ def alerts_for_tenant(tenant: Tenant, *, now: datetime | None = None) -> TenantA
             )
         )
     return TenantAlerts(alerts=alerts, count=count)
-
-
-def alert_count(tenant: Tenant) -> int:
-    """The number of alerts, cached briefly: the menu shows it on every console page."""
-    key = f"cairn:alerts:{tenant.pk}"
-    count = cache.get(key)
-    if count is None:
-        count = alerts_for_tenant(tenant).count
-        cache.set(key, count, COUNT_CACHE_SECONDS)
-    return count

@@ -1,0 +1,94 @@
+"""Alerts: which runs and operations an admin is warned about, on the health page and in
+the menu."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from checkpoints.models import ExternalOperation, OperationStatus, OutboxMessage, Run, RunStatus
+from observability.alerts import alerts_for_tenant
+from tests.retention_support import build
+
+pytestmark = pytest.mark.django_db
+
+
+def _stalled(run, key: str, minutes: int):  # noqa: ANN001, ANN202
+    op = ExternalOperation.objects.create(
+        tenant_id=run.tenant_id,
+        run=run,
+        idempotency_key=key,
+        action="publish",
+        target="blog",
+        request_fingerprint="f" * 64,
+        status=OperationStatus.PENDING,
+    )
+    ExternalOperation.objects.filter(pk=op.pk).update(
+        updated_at=timezone.now() - timedelta(minutes=minutes)
+    )
+
+
+@pytest.fixture
+def sick(settings, acme, globex, bob, charlie, workflow):  # noqa: ANN001, ANN201
+    settings.CAIRN_ALERT_RESTORES = 3
+    settings.CAIRN_STALLED_OPERATION_SECONDS = 600
+    settings.CAIRN_ALERT_OUTBOX_LAG_SECONDS = 60
+    looping = build(acme, bob, status=RunStatus.SUCCEEDED, length=3).run
+    fine = build(acme, bob, status=RunStatus.RUNNING, length=3).run
+    Run.objects.filter(pk=looping.pk).update(restore_count=7)  # finished, still not healthy
+    Run.objects.filter(pk=fine.pk).update(restore_count=3)  # at the bound, not above
+    _stalled(fine, "stuck", 30)
+    _stalled(fine, "recent", 2)
+    OutboxMessage.objects.filter(tenant=acme).update(
+        created_at=timezone.now() - timedelta(minutes=10)
+    )
+    return {"looping": looping, "fine": fine}
+
+
+def test_it_alerts_on_restores_stalled_operations_and_outbox_lag(acme, sick):
+    alerts = alerts_for_tenant(acme)
+    kinds = [alert.kind for alert in alerts]
+    assert sorted(kinds) == ["outbox_lag", "restores", "stalled_operation"]
+    assert alerts.count == 3
+    restores = next(a for a in alerts if a.kind == "restores")
+    assert restores.run_id == sick["looping"].pk
+    assert "restored 7 times (more than 3)" in restores.message
+    stalled = next(a for a in alerts if a.kind == "stalled_operation")
+    assert stalled.run_id == sick["fine"].pk and "pending for 30 min" in stalled.message
+
+
+def test_a_healthy_tenant_has_no_alert_and_another_tenants_do_not_leak(globex, sick):
+    assert alerts_for_tenant(globex).count == 0
+
+
+def test_the_bounds_come_from_settings(settings, acme, sick):
+    settings.CAIRN_ALERT_RESTORES = 10
+    settings.CAIRN_STALLED_OPERATION_SECONDS = 3600
+    settings.CAIRN_ALERT_OUTBOX_LAG_SECONDS = 3600
+    assert alerts_for_tenant(acme).count == 0
+
+
+def test_the_health_page_lists_the_alerts_and_the_menu_counts_them(alice, sick):
+    client = Client()
+    client.force_login(alice)
+    html = client.get(reverse("console:health")).content.decode()
+    listed = re.search(r'<ul id="alert-list">.*?</ul>', html, re.S).group(0)
+    assert listed.count("<li") == 3
+    assert str(sick["looping"].pk) in listed  # a link to the run
+    assert re.search(r'id="alert-count"[^>]*>3<', html)
+    runs_page = client.get(reverse("console:runs")).content.decode()
+    assert re.search(r'id="alert-count"[^>]*>3<', runs_page)
+
+
+def test_only_admins_see_alerts(bob, alice, acme, workflow):
+    client = Client()
+    client.force_login(bob)
+    assert 'id="alert-count"' not in client.get(reverse("console:runs")).content.decode()
+    client.force_login(alice)
+    html = client.get(reverse("console:health")).content.decode()
+    assert 'id="no-alerts"' in html and 'id="alert-count"' not in html
