@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from approvals.models import ApprovalRequest, ApprovalStatus
-from checkpoints.models import Checkpoint, Run, RunStatus
+from checkpoints.models import Checkpoint, ExternalOperation, Run, RunStatus
 from checkpoints.runtime.executor import run_advance
 from checkpoints.services.checkpoints import checkpoint_envelope, latest_envelope
 from checkpoints.services.retry import run_retry
@@ -56,8 +56,12 @@ def draft_ref(run) -> dict:  # noqa: ANN001
     return next(ref for ref in refs if ref.get("name") == "draft")
 
 
-def assert_published_once_under(run, request) -> None:  # noqa: ANN001
-    """One accepted publish step, which published exactly the approved draft."""
+def assert_published_once_under(run, request, service) -> None:  # noqa: ANN001
+    """One publication at the provider, one confirmed operation, one accepted publish step,
+    and what it published is exactly the approved draft."""
+    assert service.stats()["publications"] == 1
+    operation = ExternalOperation.objects.get(run=run, action="publish")
+    assert operation.status == "confirmed" and operation.provider_operation_id
     publishes = Checkpoint.objects.filter(run=run, step="publish")
     assert publishes.count() == 1
     envelope = checkpoint_envelope(publishes.get())
@@ -71,7 +75,7 @@ def assert_published_once_under(run, request) -> None:  # noqa: ANN001
 
 @pytest.mark.worker
 def test_the_demo_run_is_approved_through_the_api_publishes_once_and_succeeds(
-    acme, bob, carol, api_as, worker_factory
+    acme, bob, carol, api_as, worker_factory, publishing_service
 ):
     run = start_demo(acme, bob)
     worker_factory("w1")
@@ -97,12 +101,12 @@ def test_the_demo_run_is_approved_through_the_api_publishes_once_and_succeeds(
 
     run = settled(run, RunStatus.SUCCEEDED)
     assert run.state == "done"
-    assert_published_once_under(run, request)
+    assert_published_once_under(run, request, publishing_service)
 
 
 @pytest.mark.worker
 def test_the_demo_run_is_approved_on_the_review_page_publishes_once_and_succeeds(
-    acme, bob, carol, worker_factory
+    acme, bob, carol, worker_factory, publishing_service
 ):
     run = start_demo(acme, bob)
     worker_factory("w1")
@@ -119,12 +123,12 @@ def test_the_demo_run_is_approved_on_the_review_page_publishes_once_and_succeeds
     assert response.status_code == 302
 
     run = settled(run, RunStatus.SUCCEEDED)
-    assert_published_once_under(run, request)
+    assert_published_once_under(run, request, publishing_service)
 
 
 @pytest.mark.worker
 def test_a_rejected_demo_run_ends_in_its_rejected_state_with_the_comment(
-    acme, bob, carol, api_as, worker_factory
+    acme, bob, carol, api_as, worker_factory, publishing_service
 ):
     run = start_demo(acme, bob)
     worker_factory("w1")
@@ -143,6 +147,7 @@ def test_a_rejected_demo_run_ends_in_its_rejected_state_with_the_comment(
     assert run.state == "rejected"
     assert "Source 2 is not cited." in run.status_reason
     assert not Checkpoint.objects.filter(run=run, step="publish").exists()
+    assert publishing_service.stats()["publications"] == 0
 
 
 def advance_until_waiting(run) -> Run:  # noqa: ANN001

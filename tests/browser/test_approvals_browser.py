@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 
 def test_a_reviewer_approves_the_demo_draft_in_the_browser_and_the_run_moves_on(
-    live_server, page, login, screenshot, acme, bob, carol, worker_factory
+    live_server, page, login, screenshot, acme, bob, carol, worker_factory, publishing_service
 ):
     run = run_create(
         tenant=acme,
@@ -62,6 +62,7 @@ def test_a_reviewer_approves_the_demo_draft_in_the_browser_and_the_run_moves_on(
     run = Run.objects.get(pk=run.pk)
     assert run.status == RunStatus.SUCCEEDED
     assert Checkpoint.objects.filter(run=run, step="publish").count() == 1
+    assert publishing_service.stats()["publications"] == 1
     request.refresh_from_db()
     assert request.status == ApprovalStatus.CONSUMED
     assert list(request.decisions.values_list("approver__username", "artifact_sha256")) == [
