@@ -249,3 +249,15 @@ def test_a_worker_hands_over_after_its_batch_of_steps(acme, settings):
     run.refresh_from_db()
     assert run.restore_count == 0
     assert run_verify(tenant=acme, run_id=run.pk)["ok"]
+
+
+def test_a_command_for_a_run_its_caller_drives_is_ignored(acme):
+    from checkpoints.services.runs import run_create
+    from tenants.services import Actor
+
+    run = run_create(
+        tenant=acme, workflow_type="research", execution="external", actor=Actor.system("t")
+    )
+    assert advance(run) == "inactive"
+    run.refresh_from_db()
+    assert (run.version, run.checkpoint_sequence, run.lease_owner) == (1, 1, "")

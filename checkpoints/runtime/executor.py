@@ -31,7 +31,7 @@ from checkpoints.errors import (
     LeaseHeld,
     RunNotActive,
 )
-from checkpoints.models import Run, RunStatus, WorkerHeartbeat
+from checkpoints.models import Execution, Run, RunStatus, WorkerHeartbeat
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS, checkpoint_commit
 from checkpoints.services.leases import lease_acquire
 from tenants.services import Actor
@@ -104,8 +104,8 @@ def run_advance(
             extra={"run": str(run.pk), "expected": expected_version, "version": run.version},
         )
         return "stale"
-    if run.status not in WORKABLE:
-        return "inactive"
+    if run.status not in WORKABLE or run.execution != Execution.WORKER:
+        return "inactive"  # ended, paused, cancelling, or driven by an external caller
     if (
         run.status == RunStatus.WAITING_RETRY
         and run.next_eligible_at
