@@ -68,7 +68,7 @@ def test_the_fencing_saver_still_conforms_where_it_reads_and_writes(acme, capsys
     # Fencing must not refuse LangGraph's own sequences of reads and writes.
     capabilities = {"put", "put_writes", "get_tuple", "list"}
     report = run_conformance(acme, capsys, fencing=True, capabilities=capabilities)
-    assert report.passed_all_base(), {n: r.failures for n, r in report.results.items()}
+    assert report.passed_all(), {n: r.failures for n, r in report.results.items()}
     assert {n for n, r in report.results.items() if r.passed} == capabilities
 
 

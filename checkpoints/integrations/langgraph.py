@@ -19,6 +19,7 @@ called from a running event loop (Django refuses that).
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import threading
@@ -51,6 +52,40 @@ if TYPE_CHECKING:
 __all__ = ["AsyncCairnSaver", "CairnSaver"]
 
 BATCH = 100
+_thread = threading.local()
+
+
+def _release_connection() -> None:
+    """LangGraph calls a sync saver from short-lived pool threads; a database connection one
+    of them opened would outlive it (holding the database), so it is closed after the call.
+    The main thread and asgiref's long-lived executor thread keep theirs."""
+    from django.db import connection
+
+    if threading.current_thread() is threading.main_thread() or getattr(_thread, "kept", False):
+        return
+    if not connection.in_atomic_block:
+        connection.close()
+
+
+def _db_call(method):  # noqa: ANN001, ANN202
+    @functools.wraps(method)
+    def call(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        try:
+            return method(*args, **kwargs)
+        finally:
+            _release_connection()
+
+    return call
+
+
+def _off_loop(function):  # noqa: ANN001, ANN202
+    """``function`` in asgiref's thread-sensitive executor (Django's ORM is synchronous)."""
+
+    def call(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        _thread.kept = True
+        return function(*args, **kwargs)
+
+    return sync_to_async(call)
 
 
 def _serializer(serde: SerializerProtocol | None) -> JsonPlusSerializer:
@@ -205,6 +240,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             )
         return tuples
 
+    @_db_call
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         from checkpoints.integrations.langgraph_store import selectors
 
@@ -230,6 +266,18 @@ class CairnSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
+        try:
+            yield from self._pages(self._list_pks(config, filter, before, limit), filter, limit)
+        finally:
+            _release_connection()
+
+    def _list_pks(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> list[Any]:
         from checkpoints.integrations.langgraph_store import selectors
 
         configurable = (config or {}).get("configurable", {})
@@ -248,7 +296,13 @@ class CairnSaver(BaseCheckpointSaver[str]):
         pks = rows.values_list("pk", flat=True)
         if limit is not None and not filter:
             pks = pks[: max(limit, 0)]
-        pks = [*pks]
+        return [*pks]
+
+    def _pages(
+        self, pks: Sequence[Any], filter: dict[str, Any] | None, limit: int | None
+    ) -> Iterator[CheckpointTuple]:
+        from checkpoints.integrations.langgraph_store import selectors
+
         remaining = limit
         for start in range(0, len(pks), BATCH):
             if remaining is not None and remaining <= 0:
@@ -271,6 +325,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             yield from self._tuples(batch, metadata)
 
     # --- writing -------------------------------------------------------------------------------
+    @_db_call
     def put(
         self,
         config: RunnableConfig,
@@ -319,6 +374,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             }
         }
 
+    @_db_call
     def put_writes(
         self,
         config: RunnableConfig,
@@ -353,6 +409,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             )
             self._advanced(thread_id, change)
 
+    @_db_call
     def delete_thread(self, thread_id: str) -> None:
         from checkpoints.integrations.langgraph_store.maintenance import thread_delete
 
@@ -362,6 +419,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             with self._seen_lock:
                 self._seen.pop(thread_id, None)
 
+    @_db_call
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         from checkpoints.integrations.langgraph_store.maintenance import (
             checkpoints_delete_for_runs,
@@ -369,6 +427,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
 
         checkpoints_delete_for_runs(tenant=self.tenant, run_ids=run_ids, actor=self.actor)
 
+    @_db_call
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         from checkpoints.integrations.langgraph_store.maintenance import thread_copy
 
@@ -379,6 +438,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             actor=self.actor,
         )
 
+    @_db_call
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         from checkpoints.integrations.langgraph_store.maintenance import threads_prune
 
@@ -399,7 +459,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
 
     # --- async: the same operations in asgiref's thread-sensitive executor --------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await sync_to_async(self.get_tuple)(config)
+        return await _off_loop(self.get_tuple)(config)
 
     async def alist(
         self,
@@ -412,7 +472,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         def collect() -> list[CheckpointTuple]:
             return [*self.list(config, filter=filter, before=before, limit=limit)]
 
-        for item in await sync_to_async(collect)():
+        for item in await _off_loop(collect)():
             yield item
 
     async def aput(
@@ -422,7 +482,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await sync_to_async(self.put)(config, checkpoint, metadata, new_versions)
+        return await _off_loop(self.put)(config, checkpoint, metadata, new_versions)
 
     async def aput_writes(
         self,
@@ -431,19 +491,19 @@ class CairnSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await sync_to_async(self.put_writes)(config, writes, task_id, task_path)
+        await _off_loop(self.put_writes)(config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await sync_to_async(self.delete_thread)(thread_id)
+        await _off_loop(self.delete_thread)(thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await sync_to_async(self.delete_for_runs)(run_ids)
+        await _off_loop(self.delete_for_runs)(run_ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await sync_to_async(self.copy_thread)(source_thread_id, target_thread_id)
+        await _off_loop(self.copy_thread)(source_thread_id, target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await sync_to_async(self.prune)(thread_ids, strategy=strategy)
+        await _off_loop(self.prune)(thread_ids, strategy=strategy)
 
 
 class AsyncCairnSaver(CairnSaver):
