@@ -22,7 +22,9 @@ def health(user, **params) -> str:  # noqa: ANN001, ANN003
     client.force_login(user)
     response = client.get(reverse("console:health"), params)
     assert response.status_code == 200
-    return response.content.decode()
+    html = response.content.decode()
+    assert "{#" not in html and "{%" not in html  # no template syntax leaks into the page
+    return html
 
 
 def test_health_shows_what_an_admin_watches(alice, bob, acme, workflow):  # noqa: ANN001

@@ -31,7 +31,9 @@ def story(acme, bob, workflow) -> Run:  # noqa: ANN001
 def page(user, name: str, *args) -> str:  # noqa: ANN001, ANN002
     response = client_for(user).get(reverse(name, args=args))
     assert response.status_code == 200, response.status_code
-    return response.content.decode()
+    html = response.content.decode()
+    assert "{#" not in html and "{%" not in html  # no template syntax leaks into the page
+    return html
 
 
 def test_the_run_page_shows_the_snapshot_and_budget_bars(bob, story):  # noqa: ANN001

@@ -36,7 +36,9 @@ def get(client: Client, **params) -> str:  # noqa: ANN003
 def test_the_runs_page_lists_the_tenants_runs_newest_first(bob_client, bob, acme, workflow):  # noqa: ANN001
     first = plain_run(acme, bob, objective="first")
     second = plain_run(acme, bob, objective="second")
-    assert row_ids(get(bob_client)) == [str(second.pk), str(first.pk)]
+    html = get(bob_client)
+    assert row_ids(html) == [str(second.pk), str(first.pk)]
+    assert "{#" not in html and "{%" not in html  # no template syntax leaks into the page
 
 
 def test_another_tenants_runs_are_never_listed(bob_client, bob, acme, workflow, charlie, globex):  # noqa: ANN001
