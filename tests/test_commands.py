@@ -68,7 +68,8 @@ def test_deploy_checks_pass_with_production_settings(tmp_path):
         "DJANGO_SECRET_KEY": "x" * 10 + os.urandom(40).hex(),
         "DJANGO_ALLOWED_HOSTS": "cairn.example.org",
     }
-    env.pop("DATABASE_URL", None)
+    for inherited in ("DATABASE_URL", "DJANGO_ALLOW_ASYNC_UNSAFE"):
+        env.pop(inherited, None)
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
         capture_output=True,
