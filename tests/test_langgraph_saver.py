@@ -18,7 +18,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
 from checkpoints.integrations.langgraph import AsyncCairnSaver, CairnSaver
-from checkpoints.integrations.langgraph_store import services
+from checkpoints.integrations.langgraph_store import threads
 from checkpoints.integrations.langgraph_store.models import LangGraphCheckpoint
 from checkpoints.integrations.langgraph_store.selectors import thread_runs
 from checkpoints.models import Checkpoint, Run
@@ -185,7 +185,7 @@ def test_checkpoints_versions_metadata_and_writes_round_trip_exactly(acme):
         ("task-2", "a", "v"),
     ]
     assert WRITES_IDX_MAP[INTERRUPT] < 0
-    assert services.INTERRUPT_CHANNEL == INTERRUPT
+    assert threads.INTERRUPT_CHANNEL == INTERRUPT
 
 
 def test_values_are_sealed_at_rest_and_never_in_the_envelope(acme):

@@ -24,7 +24,7 @@ from checkpoints.integrations.langgraph_store.models import (
     LangGraphThread,
     LangGraphWrite,
 )
-from checkpoints.integrations.langgraph_store.services import head_run_id, thread_lock
+from checkpoints.integrations.langgraph_store.threads import head_run_id, thread_lock
 from checkpoints.models import Run
 from checkpoints.services.forks import run_fork
 from tenants.models import Tenant

@@ -21,11 +21,8 @@ from checkpoints.integrations.langgraph_store.models import (
     LangGraphWrite,
 )
 from checkpoints.integrations.langgraph_store.payloads import Payload
-from checkpoints.integrations.langgraph_store.services import (
-    MetadataIndex,
-    head_run_id,
-    thread_versions,
-)
+from checkpoints.integrations.langgraph_store.services import MetadataIndex
+from checkpoints.integrations.langgraph_store.threads import head_run_id, thread_versions
 from checkpoints.models import Run
 from tenants.models import Tenant
 

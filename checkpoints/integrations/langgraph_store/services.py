@@ -1,4 +1,4 @@
-"""Writing LangGraph threads into Cairn: puts, pending writes, branches.
+"""Writing LangGraph threads into Cairn: puts and pending writes.
 
 Every put is one transaction: the thread's row is locked, the channel values and the
 LangGraph checkpoint are stored sealed, and the put is committed as the next Cairn
@@ -20,40 +20,34 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
-from checkpoints.errors import ConcurrentCheckpointWrite, InvalidRequest
+from checkpoints.errors import ConcurrentCheckpointWrite
 from checkpoints.integrations.langgraph_store import payloads
 from checkpoints.integrations.langgraph_store.models import (
     ID_LENGTH,
     NS_LENGTH,
     LangGraphBlob,
-    LangGraphBranch,
     LangGraphCheckpoint,
     LangGraphThread,
     LangGraphWrite,
 )
 from checkpoints.integrations.langgraph_store.payloads import Payload
-from checkpoints.models import Checkpoint, Execution, Run, WorkflowDefinition
+from checkpoints.integrations.langgraph_store.threads import (
+    INTERRUPT_CHANNEL,
+    INTERRUPTED,
+    RUNNING,
+    branch_fork,
+    check_key,
+    head_run_id,
+    inputs_group,
+    thread_open,
+    thread_versions,
+)
+from checkpoints.models import Run
 from checkpoints.services.checkpoints import checkpoint_commit
-from checkpoints.services.forks import run_fork
-from checkpoints.services.runs import run_create
-from checkpoints.services.workflows import workflow_register
 from tenants.models import Tenant
 from tenants.services import Actor
-
-WORKFLOW_TYPE = "langgraph"
-WORKFLOW_VERSION = "1"
-RUNNING, INTERRUPTED = "running", "interrupted"
-# LangGraph's channel for interrupt() writes (langgraph.checkpoint.serde.types.INTERRUPT).
-INTERRUPT_CHANNEL = "__interrupt__"
-DEFINITION = {
-    "initial": RUNNING,
-    "states": [RUNNING, INTERRUPTED],
-    "transitions": [[RUNNING, INTERRUPTED], [INTERRUPTED, RUNNING]],
-    # An interrupt() waits for a person: the run shows as waiting_approval meanwhile.
-    "approval_states": [INTERRUPTED],
-}
 
 
 @dataclass(frozen=True)
@@ -116,99 +110,6 @@ class PutResult:
     versions: VersionChange
 
 
-def langgraph_workflow_register() -> WorkflowDefinition:
-    """Register the generic workflow every LangGraph thread's runs follow (idempotent)."""
-    row, _ = workflow_register(
-        tenant=None,
-        workflow_type=WORKFLOW_TYPE,
-        version=WORKFLOW_VERSION,
-        definition=DEFINITION,
-        has_code=False,
-    )
-    return row
-
-
-def _check_key(value: str, what: str, limit: int = ID_LENGTH) -> None:
-    if not isinstance(value, str) or len(value) > limit:
-        raise InvalidRequest(
-            f"The LangGraph {what} must be a string of at most {limit} characters.",
-            fields={what: "too long" if isinstance(value, str) else "not a string"},
-        )
-
-
-def _objective(thread_id: str) -> str:
-    return f"langgraph thread {thread_id}"
-
-
-def _inputs_group(run: Run, thread_id: str) -> dict[str, Any]:
-    # The same inputs as the genesis, so an envelope diff shows no change of inputs.
-    return {
-        "objective_ref": run.objective_ref or None,
-        "values": {"langgraph_thread_id": thread_id},
-    }
-
-
-def thread_versions(thread: LangGraphThread) -> dict[str, int]:
-    return {
-        str(pk): version
-        for pk, version in Run.objects.filter(langgraph_branch__thread=thread).values_list(
-            "pk", "version"
-        )
-    }
-
-
-def thread_lock(tenant: Tenant, thread_id: str) -> LangGraphThread | None:
-    return (
-        LangGraphThread.objects.select_for_update()
-        .select_related("tenant")
-        .filter(tenant=tenant, thread_id=thread_id)
-        .first()
-    )
-
-
-def thread_open(*, tenant: Tenant, thread_id: str, actor: Actor) -> tuple[LangGraphThread, bool]:
-    """Lock the thread's row, creating the thread and its first run when it is new.
-
-    Call inside the caller's transaction; returns (thread, created). Two writers creating
-    one thread at once end with one thread: the loser finds the winner's row.
-    """
-    thread = thread_lock(tenant, thread_id)
-    if thread is not None:
-        return thread, False
-    _check_key(thread_id, "thread_id")
-    langgraph_workflow_register()
-    try:
-        with transaction.atomic():
-            run = run_create(
-                tenant=tenant,
-                workflow_type=WORKFLOW_TYPE,
-                workflow_version=WORKFLOW_VERSION,
-                inputs={"langgraph_thread_id": thread_id},
-                objective_ref=_objective(thread_id),
-                execution=Execution.EXTERNAL,
-                actor=actor,
-            )
-            thread = LangGraphThread.objects.create(tenant=tenant, thread_id=thread_id, run=run)
-            LangGraphBranch.objects.create(run=run, tenant=tenant, thread=thread)
-    except IntegrityError:
-        thread = thread_lock(tenant, thread_id)
-        if thread is None:
-            raise
-        return thread, False
-    return thread, True
-
-
-def head_run_id(thread: LangGraphThread) -> uuid.UUID:
-    """The run of the thread's latest root checkpoint: where a put without a parent goes."""
-    latest = (
-        LangGraphCheckpoint.objects.filter(thread=thread, checkpoint_ns="")
-        .order_by("-checkpoint_id")
-        .values_list("run_id", flat=True)
-        .first()
-    )
-    return latest or thread.run_id
-
-
 def _target(
     thread: LangGraphThread,
     *,
@@ -241,30 +142,9 @@ def _target(
     return parent.run_id, (None if latest == parent_id else parent)
 
 
-def _branch_fork(*, thread: LangGraphThread, parent: LangGraphCheckpoint, actor: Actor) -> Run:
-    """A Cairn fork (``run_fork``) of the parent's run, from the Cairn checkpoint that
-    recorded the parent; the branch continues in it."""
-    source = Checkpoint.objects.only("sequence").get(pk=parent.cairn_checkpoint_id)
-    run = run_fork(
-        tenant=thread.tenant,
-        run_id=parent.run_id,
-        from_sequence=source.sequence,
-        reason=f"LangGraph branch from checkpoint {parent.checkpoint_id} "
-        "(update_state or a replay from an older checkpoint)",
-        actor=actor,
-    ).run
-    LangGraphBranch.objects.create(
-        run=run,
-        tenant_id=thread.tenant_id,
-        thread=thread,
-        forked_from_checkpoint_id=parent.checkpoint_id,
-    )
-    return run
-
-
 def _groups(run: Run, thread: LangGraphThread, outputs: dict[str, Any], **control: Any) -> dict:
     return {
-        "inputs": _inputs_group(run, thread.thread_id),
+        "inputs": inputs_group(run, thread.thread_id),
         "evidence": {"artifacts": [], "validators": [], "outputs": {"langgraph": outputs}},
         "side_effects": [],
         "budgets": dict(run.budget_used),
@@ -354,15 +234,15 @@ def thread_checkpoint_put(
     raises InvalidRequest (a key too long, a refused serialization) and whatever
     ``checkpoint_commit`` raises (RunNotActive when an operator cancelled the run, ...).
     """
-    _check_key(checkpoint_id, "checkpoint_id")
-    _check_key(checkpoint_ns, "checkpoint_ns", NS_LENGTH)
+    check_key(checkpoint_id, "checkpoint_id")
+    check_key(checkpoint_ns, "checkpoint_ns", NS_LENGTH)
     parent_id = parent_checkpoint_id or ""
-    _check_key(parent_id, "parent checkpoint_id")
+    check_key(parent_id, "parent checkpoint_id")
     payloads.payload_check(checkpoint, "checkpoint")
     payloads.payload_check(metadata, "metadata")
     for blob in blobs:
-        _check_key(blob.channel, "channel")
-        _check_key(blob.version, "channel version")
+        check_key(blob.channel, "channel")
+        check_key(blob.version, "channel version")
         if blob.payload is not None:
             payloads.payload_check(blob.payload, f"value of channel {blob.channel}")
     ns = checkpoint_ns
@@ -378,7 +258,7 @@ def thread_checkpoint_put(
             thread, ns=ns, again=row, parent_id=parent_id, root_id=index.root_checkpoint_id
         )
         if fork_from is not None:
-            run_id = _branch_fork(thread=thread, parent=fork_from, actor=actor).pk
+            run_id = branch_fork(thread=thread, parent=fork_from, actor=actor).pk
         run = Run.objects.select_for_update().get(pk=run_id)
         _store_blobs(thread, ns, blobs)
         outputs = {
@@ -479,11 +359,11 @@ def thread_writes_put(
     InvalidRequest, or what ``checkpoint_commit`` raises. With ``track_versions`` the
     result carries the thread's run versions before and after (for a fencing saver).
     """
-    _check_key(checkpoint_id, "checkpoint_id")
-    _check_key(checkpoint_ns, "checkpoint_ns", NS_LENGTH)
-    _check_key(task_id, "task_id")
+    check_key(checkpoint_id, "checkpoint_id")
+    check_key(checkpoint_ns, "checkpoint_ns", NS_LENGTH)
+    check_key(task_id, "task_id")
     for write in writes:
-        _check_key(write.channel, "channel")
+        check_key(write.channel, "channel")
         payloads.payload_check(write.payload, f"write to channel {write.channel}")
     ns = checkpoint_ns
     with transaction.atomic():
