@@ -10,6 +10,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 
+from checkpoints.crypto import new_key_spec
 from checkpoints.errors import IntegrityFailure, InvalidRequest, LegalHoldActive
 from checkpoints.integrations.langgraph import CairnSaver
 from checkpoints.integrations.langgraph_store import payloads, services
@@ -22,6 +23,7 @@ from checkpoints.integrations.langgraph_store.models import (
 from checkpoints.integrations.langgraph_store.selectors import thread_runs
 from checkpoints.models import Checkpoint, Run
 from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.keys import keys_rotate
 from tenants.models import AuditEvent, Tenant
 from tenants.services import Actor
 
@@ -176,3 +178,24 @@ def test_a_value_moved_to_another_row_fails_authentication(acme):
     assert saver.get_tuple(configs[0]).checkpoint["channel_values"] == {"v": 0}
     with pytest.raises(IntegrityFailure, match="cannot be read"):
         saver.get_tuple(configs[1])
+
+
+def test_key_rotation_re_encrypts_langgraph_payloads(acme, settings):
+    saver = CairnSaver(tenant="acme")
+    configs = chain(saver, "t1", 2)
+    sealed_rows = (
+        LangGraphCheckpoint.objects.count()
+        + LangGraphBlob.objects.count()
+        + LangGraphWrite.objects.count()
+    )
+    old, new = settings.CAIRN_ENCRYPTION_KEYS, new_key_spec("k2")
+    settings.CAIRN_ENCRYPTION_KEYS = f"{new},{old}"
+    assert keys_rotate(batch_size=1)["langgraph"] == sealed_rows
+    # The old key can go: everything reads under the new one alone.
+    settings.CAIRN_ENCRYPTION_KEYS = new
+    got = saver.get_tuple(configs[1])
+    assert (got.checkpoint["channel_values"], got.pending_writes) == (
+        {"v": 1},
+        [("task-1", "v", 2)],
+    )
+    assert keys_rotate()["langgraph"] == 0
