@@ -22,6 +22,7 @@ the same guarantees without row locks.
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -53,7 +54,7 @@ from retention.models import (
     PendingFileDeletion,
     RetentionPolicy,
 )
-from tenants.models import Tenant
+from tenants.models import AuditEvent, Tenant
 from tenants.services import Actor, audit_record
 
 log = logging.getLogger("cairn.retention")
@@ -61,6 +62,8 @@ log = logging.getLogger("cairn.retention")
 ACTOR = Actor.system("retention")
 DELETED = "cairn_retention_deleted_total"
 DELETED_BYTES = "cairn_retention_deleted_bytes_total"
+# Runs locked together by one batch: enough that a batch fills up with small histories.
+RUNS_PER_BATCH = 100
 
 
 @dataclass
@@ -100,13 +103,13 @@ def _retention_on() -> None:
             cursor.execute("SET LOCAL cairn.retention = 'on'")
 
 
-def _lock_run(run_id: object, due: Q) -> Run | None:
-    """The run, locked, if it is still terminal, unheld and ``due``; None when it is not, or
-    when another transaction holds it (we skip it rather than wait)."""
-    runs = plan.deletable(Run.objects.filter(pk=run_id)).filter(due)
+def _lock_runs(run_ids: list[object], due: Q) -> list[Run]:
+    """Those runs, locked, that are still terminal, unheld and ``due``. A run another
+    transaction holds is left out (we skip it rather than wait)."""
+    runs = plan.deletable(Run.objects.filter(pk__in=run_ids)).filter(due)
     if _postgres():
         runs = runs.select_for_update(skip_locked=True, no_key=True, of=("self",))
-    return runs.select_related("tenant").order_by().first()
+    return list(runs.select_related("tenant").order_by("pk"))
 
 
 def _count(name: str, labels: str, value: float) -> None:
@@ -130,123 +133,191 @@ def _ids(runs: QuerySet[Run], chunk: int = 500) -> Iterator[object]:
 
 def _checkpoint_rows(checkpoints: QuerySet[Checkpoint], limit: int) -> list[dict[str, Any]]:
     return list(
-        checkpoints.order_by("sequence")
+        checkpoints.order_by("run_id", "sequence")
         .annotate(size=Length("envelope_sealed"))
-        .values("id", "sequence", "sha256", "parent_sha256", "state", "step", "created_at", "size")[
-            :limit
-        ]
+        .values(
+            "id",
+            "run_id",
+            "sequence",
+            "sha256",
+            "parent_sha256",
+            "state",
+            "step",
+            "created_at",
+            "size",
+        )[:limit]
+    )
+
+
+def _audit_event(run: Run, action: str, target: str, details: dict[str, Any]) -> AuditEvent:
+    return AuditEvent(
+        tenant_id=run.tenant_id,
+        actor_label=ACTOR.name,
+        action=action,
+        run_id=run.id,
+        target=target[:200],
+        details=details,
     )
 
 
 def _remove_checkpoints(
-    *, run: Run, rows: list[dict[str, Any]], policy: RetentionPolicy, reason: str
+    *, runs: list[Run], rows: list[dict[str, Any]], policy: RetentionPolicy, reason: str
 ) -> int:
-    """Record, then delete, these checkpoints of ``run`` (inside the caller's transaction)."""
-    ids = [row["id"] for row in rows]
-    CompactionRecord.objects.create(
-        tenant_id=run.tenant_id,
-        run=run,
-        policy=policy if policy.pk else None,
-        policy_label=policy.label,
-        reason=reason,
-        first_sequence=rows[0]["sequence"],
-        last_sequence=rows[-1]["sequence"],
-        removed=[
-            {
-                "sequence": row["sequence"],
-                "sha256": row["sha256"],
-                "parent_sha256": row["parent_sha256"],
-                "state": row["state"],
-                "step": row["step"],
-                "created_at": row["created_at"].isoformat(),
-            }
-            for row in rows
-        ],
+    """Record, then delete, these checkpoints of the locked ``runs`` (inside the caller's
+    transaction): one CompactionRecord and one audit event per run. Returns the bytes."""
+    by_run: dict[object, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_run[row["run_id"]].append(row)
+    records, events = [], []
+    action = (
+        "retention.compacted" if reason == CompactionReason.INTERMEDIATE else "retention.expiring"
     )
+    for run in runs:
+        removed = by_run.get(run.pk)
+        if not removed:
+            continue
+        span = f"checkpoints {removed[0]['sequence']}-{removed[-1]['sequence']}"
+        records.append(
+            CompactionRecord(
+                tenant_id=run.tenant_id,
+                run=run,
+                policy=policy if policy.pk else None,
+                policy_label=policy.label,
+                reason=reason,
+                first_sequence=removed[0]["sequence"],
+                last_sequence=removed[-1]["sequence"],
+                removed=[
+                    {
+                        "sequence": row["sequence"],
+                        "sha256": row["sha256"],
+                        "parent_sha256": row["parent_sha256"],
+                        "state": row["state"],
+                        "step": row["step"],
+                        "created_at": row["created_at"].isoformat(),
+                    }
+                    for row in removed
+                ],
+            )
+        )
+        events.append(
+            _audit_event(
+                run, action, span, {"policy": policy.label, "count": len(removed), "reason": reason}
+            )
+        )
+    CompactionRecord.objects.bulk_create(records)
+    AuditEvent.objects.bulk_create(events)
+    ids = [row["id"] for row in rows]
     ArtifactReference.objects.filter(checkpoint_id__in=ids).delete()
-    deleted = Checkpoint.objects.filter(pk__in=ids, run=run).retention_delete()
+    deleted = Checkpoint.objects.filter(pk__in=ids, run__in=runs).retention_delete()
     if deleted != len(ids):
-        # Under the run lock nobody else deletes these rows; a mismatch means something is
-        # wrong, so the whole batch (record included) rolls back.
+        # Under the run locks nobody else deletes these rows; a mismatch means something is
+        # wrong, so the whole batch (records included) rolls back.
         raise RuntimeError(f"retention expected to delete {len(ids)} checkpoints, not {deleted}")
     size = sum(row["size"] or 0 for row in rows)
     _count(DELETED, 'kind="checkpoint"', len(ids))
     _count(DELETED_BYTES, 'kind="checkpoint"', size)
-    audit_record(
-        tenant=run.tenant,
-        actor=ACTOR,
-        action="retention.compacted"
-        if reason == CompactionReason.INTERMEDIATE
-        else "retention.expiring",
-        run_id=run.id,
-        target=f"checkpoints {rows[0]['sequence']}-{rows[-1]['sequence']}",
-        details={"policy": policy.label, "count": len(ids), "reason": reason},
-    )
     return size
 
 
-def _compact_run(run_id: object, policy: RetentionPolicy, ctx: _Context) -> None:
-    due = plan.compaction_due(policy, ctx.now)
-    removed = 0
+def _chunks(ids: Iterator[object], size: int) -> Iterator[list[object]]:
+    chunk: list[object] = []
+    for run_id in ids:
+        chunk.append(run_id)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _sweep(
+    chunk: list[object],
+    *,
+    policy: RetentionPolicy,
+    due: Q,
+    candidates: QuerySet[Checkpoint],
+    reason: str,
+    ctx: _Context,
+) -> set[object]:
+    """Remove ``candidates`` of these runs, a batch per transaction, each batch under the
+    locks of the runs it touches. Returns the runs it could lock and finished."""
+    finished: set[object] = set()
+    first = True
     while True:
         with transaction.atomic():
             _retention_on()
-            run = _lock_run(run_id, due)
-            if run is None:
-                if not removed:
-                    ctx.report.skipped += 1  # another job holds it, or it stopped being due
-                break
-            rows = _checkpoint_rows(plan.compactable().filter(run=run), ctx.batch_size)
-            if not rows:
-                break
-            size = _remove_checkpoints(
-                run=run, rows=rows, policy=policy, reason=CompactionReason.INTERMEDIATE
-            )
-            ctx.on_batch()
-        removed += len(rows)
-        ctx.report.checkpoints += len(rows)
-        ctx.report.bytes += size
-        ctx.progress(
-            f"run {run_id}: removed checkpoints {rows[0]['sequence']}-{rows[-1]['sequence']} "
-            f"({ctx.report.checkpoints} so far)"
-        )
-    if removed:
-        ctx.report.runs_compacted += 1
-
-
-def _expire_run(run_id: object, policy: RetentionPolicy, ctx: _Context) -> None:
-    due = plan.expiry_due(policy, ctx.now)
-    try:
-        while True:
-            with transaction.atomic():
-                _retention_on()
-                run = _lock_run(run_id, due)
-                if run is None:
-                    ctx.report.skipped += 1
-                    return
-                rows = _checkpoint_rows(plan.expirable().filter(run=run), ctx.batch_size)
-                if rows:
-                    size = _remove_checkpoints(
-                        run=run, rows=rows, policy=policy, reason=CompactionReason.EXPIRY
-                    )
-                    ctx.on_batch()
-                else:
-                    size = _delete_run(run, policy)
-                    ctx.on_batch()
-            ctx.report.bytes += size
-            if not rows:
-                ctx.report.runs_expired += 1
-                ctx.progress(f"run {run_id}: expired and deleted")
-                return
+            runs = _lock_runs(chunk, due)
+            if first:
+                ctx.report.skipped += len(chunk) - len(runs)
+                first = False
+            if not runs:
+                return finished
+            rows = _checkpoint_rows(candidates.filter(run__in=runs), ctx.batch_size)
+            if rows:
+                size = _remove_checkpoints(runs=runs, rows=rows, policy=policy, reason=reason)
+                ctx.on_batch()
+        if rows:
             ctx.report.checkpoints += len(rows)
+            ctx.report.bytes += size
+            touched = {row["run_id"] for row in rows}
+            if reason == CompactionReason.INTERMEDIATE:
+                ctx.report.runs_compacted += len(touched - finished)
+                finished |= touched
             ctx.progress(
-                f"run {run_id} (expiring): removed checkpoints "
-                f"{rows[0]['sequence']}-{rows[-1]['sequence']}"
+                f"removed checkpoints of {len(touched)} run(s): {len(rows)} in this batch "
+                f"({ctx.report.checkpoints} so far)"
             )
+        if len(rows) < ctx.batch_size:
+            return finished | {run.pk for run in runs}
+
+
+def _compact(policy: RetentionPolicy, ctx: _Context) -> None:
+    due = plan.compaction_due(policy, ctx.now)
+    for chunk in _chunks(_ids(plan.compaction_runs(policy, ctx.now)), RUNS_PER_BATCH):
+        _sweep(
+            chunk,
+            policy=policy,
+            due=due,
+            candidates=plan.compactable(),
+            reason=CompactionReason.INTERMEDIATE,
+            ctx=ctx,
+        )
+
+
+def _expire(policy: RetentionPolicy, ctx: _Context) -> None:
+    due = plan.expiry_due(policy, ctx.now)
+    for chunk in _chunks(_ids(plan.expiring_runs(policy, ctx.now)), RUNS_PER_BATCH):
+        emptied = _sweep(
+            chunk,
+            policy=policy,
+            due=due,
+            candidates=plan.expirable(),
+            reason=CompactionReason.EXPIRY,
+            ctx=ctx,
+        )
+        for run_id in sorted(emptied, key=str):
+            _expire_run(run_id, policy, due, ctx)
+
+
+def _expire_run(run_id: object, policy: RetentionPolicy, due: Q, ctx: _Context) -> None:
+    """Delete one emptied run row and what still belongs to it, in one transaction."""
+    try:
+        with transaction.atomic():
+            _retention_on()
+            runs = _lock_runs([run_id], due)
+            if not runs:
+                ctx.report.skipped += 1
+                return
+            size = _delete_run(runs[0], policy)
+            ctx.on_batch()
     except (ProtectedError, RestrictedError) as exc:
         ctx.report.skipped += 1
         log.warning("run not expired: rows still refer to it", extra={"run": str(run_id)})
         ctx.progress(f"run {run_id}: not expired ({exc.args[0]})")
+        return
+    ctx.report.bytes += size
+    ctx.report.runs_expired += 1
+    ctx.progress(f"run {run_id}: expired and deleted")
 
 
 def _delete_run(run: Run, policy: RetentionPolicy) -> int:
@@ -374,10 +445,8 @@ def retention_apply(
     )
     _remove_pending_files(ctx)  # what a killed run left behind
     for policy in _policies(tenant):
-        for run_id in _ids(plan.expiring_runs(policy, now)):
-            _expire_run(run_id, policy, ctx)
-        for run_id in _ids(plan.compaction_runs(policy, now)):
-            _compact_run(run_id, policy, ctx)
+        _expire(policy, ctx)
+        _compact(policy, ctx)
     for policy in _policies(tenant).filter(workflow_type=""):
         _remove_artifacts(policy, ctx)
     log.info("retention applied", extra=ctx.report.as_dict())
