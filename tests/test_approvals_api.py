@@ -271,3 +271,18 @@ def test_the_openapi_document_lists_the_approval_endpoints(client):
     assert "get" in paths["/api/v1/approvals/{approval_id}/artifact"]
     decision = paths["/api/v1/approvals/{approval_id}/decision"]["post"]["responses"]
     assert {"200", "400", "404", "409"} <= set(decision)
+
+
+def test_the_queue_query_count_does_not_grow_with_the_queue(as_carol, waiting, artifact, bob):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    ask(waiting, artifact, bob)
+    as_carol.get("/api/v1/approvals")  # the token's first use records its last use
+    with CaptureQueriesContext(connection) as one:
+        assert len(as_carol.get("/api/v1/approvals").json()["results"]) == 1
+    for index in range(6):
+        ask(waiting, draft(waiting.tenant, f"# Draft {index}\n"), bob, action=f"send-{index}")
+    with CaptureQueriesContext(connection) as seven:
+        assert len(as_carol.get("/api/v1/approvals").json()["results"]) == 7
+    assert len(seven) == len(one)

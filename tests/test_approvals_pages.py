@@ -218,3 +218,19 @@ def test_the_run_page_lists_the_runs_requests_and_links_reviewers_to_them(pendin
     as_operator = signed_in(bob).get(f"/runs/{pending.run_id}/")
     assert pending.artifact_sha256[:12] in as_operator.text
     assert review_link not in as_operator.text  # the review page is not theirs
+
+
+def test_the_queue_query_count_does_not_grow_with_the_queue(waiting, artifact, bob, carol):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = signed_in(carol)
+    ask(waiting, artifact, bob, action="publish")
+    with CaptureQueriesContext(connection) as one:
+        assert client.get("/approvals/").status_code == 200
+    for index in range(6):
+        ask(waiting, draft(waiting.tenant, f"# Draft {index}\n"), bob, action=f"send-{index}")
+    with CaptureQueriesContext(connection) as seven:
+        response = client.get("/approvals/")
+    assert response.text.count('data-approval-id="') == 7
+    assert len(seven) == len(one)

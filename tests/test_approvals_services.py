@@ -389,8 +389,10 @@ def test_the_gate_lets_a_consumed_approval_count_again_only_while_the_run_has_no
 
 # --- expiry sweep, queue, signals ------------------------------------------------------------
 def test_the_expiry_sweep_expires_due_requests_and_raises_fresh_ones(request_):
+    from approvals.tasks import expire_due
+
     expire_now(request_)
-    assert approval_expire_due() == 1
+    assert expire_due() == 1  # the beat task
     request_.refresh_from_db()
     assert request_.status == ApprovalStatus.EXPIRED
     assert ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING).count() == 1
