@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, TypedDict
 
 import pytest
+from django.db import connection, transaction
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -199,3 +200,28 @@ def test_key_rotation_re_encrypts_langgraph_payloads(acme, settings):
         [("task-1", "v", 2)],
     )
     assert keys_rotate()["langgraph"] == 0
+
+
+def test_retention_deleting_cairn_checkpoints_deletes_what_they_recorded(acme):
+    saver = CairnSaver(tenant="acme")
+    configs = chain(saver, "t1", 3)
+    first = LangGraphCheckpoint.objects.get(
+        checkpoint_id=configs[0]["configurable"]["checkpoint_id"]
+    )
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:  # retention's switch for the trigger
+                cursor.execute("SET LOCAL cairn.retention = 'on'")
+        Checkpoint.objects.filter(pk=first.cairn_checkpoint_id).retention_delete()
+    assert saver.get_tuple(configs[0]) is None
+    assert not LangGraphWrite.objects.filter(checkpoint_id=first.checkpoint_id).exists()
+    assert saver.get_tuple(configs[2]).checkpoint["channel_values"] == {"v": 2}
+
+    # A run that expires takes its thread with it.
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL cairn.retention = 'on'")
+        Run.objects.filter(pk=first.run_id).delete()
+    assert saver.get_tuple(config("t1")) is None
+    assert not LangGraphThread.objects.exists()

@@ -19,15 +19,12 @@ called from a running event loop (Django refuses that).
 
 from __future__ import annotations
 
-import functools
-import json
 import random
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import sync_to_async
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -40,10 +37,17 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from checkpoints.integrations.langgraph_support import (
+    db_call,
+    off_loop,
+    release_connection,
+    serializer_checked,
+    tuples_build,
+    version_key,
+)
 
 if TYPE_CHECKING:
-    from checkpoints.integrations.langgraph_store.models import LangGraphCheckpoint
     from checkpoints.integrations.langgraph_store.payloads import Payload
     from checkpoints.integrations.langgraph_store.services import VersionChange
     from tenants.models import Tenant
@@ -52,61 +56,6 @@ if TYPE_CHECKING:
 __all__ = ["AsyncCairnSaver", "CairnSaver"]
 
 BATCH = 100
-_thread = threading.local()
-
-
-def _release_connection() -> None:
-    """LangGraph calls a sync saver from short-lived pool threads; a database connection one
-    of them opened would outlive it (holding the database), so it is closed after the call.
-    The main thread and asgiref's long-lived executor thread keep theirs."""
-    from django.db import connection
-
-    if threading.current_thread() is threading.main_thread() or getattr(_thread, "kept", False):
-        return
-    if not connection.in_atomic_block:
-        connection.close()
-
-
-def _db_call(method):  # noqa: ANN001, ANN202
-    @functools.wraps(method)
-    def call(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        try:
-            return method(*args, **kwargs)
-        finally:
-            _release_connection()
-
-    return call
-
-
-def _off_loop(function):  # noqa: ANN001, ANN202
-    """``function`` in asgiref's thread-sensitive executor (Django's ORM is synchronous)."""
-
-    def call(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        _thread.kept = True
-        return function(*args, **kwargs)
-
-    return sync_to_async(call)
-
-
-def _serializer(serde: SerializerProtocol | None) -> JsonPlusSerializer:
-    """LangGraph's JSON-plus serializer with pickle off; anything else is refused."""
-    if serde is None:
-        return JsonPlusSerializer(pickle_fallback=False)
-    if not isinstance(serde, JsonPlusSerializer):
-        raise TypeError(
-            "CairnSaver stores values with LangGraph's JsonPlusSerializer only (msgpack, "
-            f"never pickle); got {type(serde).__name__}."
-        )
-    if serde.pickle_fallback:
-        raise ValueError(
-            "CairnSaver never stores pickle: pass JsonPlusSerializer(pickle_fallback=False)."
-        )
-    return serde
-
-
-def _version_key(version: Any) -> str:
-    # JSON keeps 1, 1.0 and "1" apart, so a version is found under exactly its own key.
-    return json.dumps(version)
 
 
 class CairnSaver(BaseCheckpointSaver[str]):
@@ -120,7 +69,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         actor: Actor | None = None,
         serde: SerializerProtocol | None = None,
     ) -> None:
-        super().__init__(serde=_serializer(serde))
+        super().__init__(serde=serializer_checked(serde))
         self.fencing = fencing
         self._tenant_ref = tenant
         self._actor = actor
@@ -166,7 +115,12 @@ class CairnSaver(BaseCheckpointSaver[str]):
     # --- fencing bookkeeping -------------------------------------------------------------------
     @contextmanager
     def _writing(self, thread_id: str) -> Iterator[dict[str, int] | None]:
-        """Serialize this saver's own writes to one thread, so they never fence each other."""
+        """Serialize this saver's own writes to one thread, so they never fence each other.
+        Yields the versions this saver last saw (fencing only; the database orders writers
+        of a thread anyway)."""
+        if not self.fencing:
+            yield None
+            return
         with self._seen_lock:
             lock = self._thread_locks.setdefault(thread_id, threading.Lock())
         with lock:
@@ -181,8 +135,10 @@ class CairnSaver(BaseCheckpointSaver[str]):
     def _advanced(self, thread_id: str, change: VersionChange) -> None:
         """Record our own write, unless another writer moved the thread before it: then the
         saver keeps its older view and its next fenced put is refused."""
+        if not self.fencing:
+            return
         with self._seen_lock:
-            if not self.fencing or change.created or self._seen.get(thread_id) == change.before:
+            if change.created or self._seen.get(thread_id) == change.before:
                 self._seen[thread_id] = dict(change.after)
 
     def _read_versions(self, thread_id: str) -> None:
@@ -194,53 +150,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             self._remember(thread_id, versions_of(tenant=self.tenant, thread_id=thread_id))
 
     # --- reading -------------------------------------------------------------------------------
-    def _tuples(self, rows: Sequence[LangGraphCheckpoint], metadata: dict) -> list[CheckpointTuple]:
-        from checkpoints.integrations.langgraph_store import selectors
-
-        cores = {row.pk: self._load(selectors.row_payload(row, "checkpoint")) for row in rows}
-        wanted = [
-            (row.thread_id, row.checkpoint_ns, channel, _version_key(version))
-            for row in rows
-            for channel, version in cores[row.pk]["channel_versions"].items()
-        ]
-        blobs = selectors.blobs_for(wanted)
-        writes = selectors.writes_for(rows)
-        tuples = []
-        for row in rows:
-            core = cores[row.pk]
-            values = {}
-            for channel, version in core["channel_versions"].items():
-                payload = blobs.get(
-                    (row.thread_id, row.checkpoint_ns, channel, _version_key(version))
-                )
-                if payload is not None:
-                    values[channel] = self._load(payload)
-            configurable = {
-                "thread_id": row.thread.thread_id,
-                "checkpoint_ns": row.checkpoint_ns,
-                "checkpoint_id": row.checkpoint_id,
-            }
-            parent = None
-            if row.parent_checkpoint_id:
-                parent = {
-                    "configurable": {**configurable, "checkpoint_id": row.parent_checkpoint_id}
-                }
-            pending = [
-                (w.task_id, w.channel, self._load(w.payload))
-                for w in writes.get((row.thread_id, row.checkpoint_ns, row.checkpoint_id), [])
-            ]
-            tuples.append(
-                CheckpointTuple(
-                    config={"configurable": configurable},
-                    checkpoint={**core, "channel_values": values},
-                    metadata=metadata[row.pk],
-                    parent_config=parent,
-                    pending_writes=pending,
-                )
-            )
-        return tuples
-
-    @_db_call
+    @db_call
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         from checkpoints.integrations.langgraph_store import selectors
 
@@ -256,7 +166,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         if row is None:
             return None
         metadata = {row.pk: self._load(selectors.row_payload(row, "metadata"))}
-        return self._tuples([row], metadata)[0]
+        return tuples_build(self._load, [row], metadata)[0]
 
     def list(
         self,
@@ -269,7 +179,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         try:
             yield from self._pages(self._list_pks(config, filter, before, limit), filter, limit)
         finally:
-            _release_connection()
+            release_connection()
 
     def _list_pks(
         self,
@@ -322,10 +232,10 @@ class CairnSaver(BaseCheckpointSaver[str]):
                     remaining -= 1
                 batch.append(row)
                 metadata[row.pk] = md
-            yield from self._tuples(batch, metadata)
+            yield from tuples_build(self._load, batch, metadata)
 
     # --- writing -------------------------------------------------------------------------------
-    @_db_call
+    @db_call
     def put(
         self,
         config: RunnableConfig,
@@ -344,7 +254,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         blobs = [
             services.BlobIn(
                 channel=channel,
-                version=_version_key(version),
+                version=version_key(version),
                 payload=self._dump(values[channel]) if channel in values else None,
             )
             for channel, version in new_versions.items()
@@ -360,7 +270,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
                 metadata=self._dump(stored_metadata),
                 index=services.MetadataIndex.of(stored_metadata),
                 blobs=blobs,
-                channel_refs=[[c, _version_key(v)] for c, v in core["channel_versions"].items()],
+                channel_refs=[[c, version_key(v)] for c, v in core["channel_versions"].items()],
                 actor=self.actor,
                 fencing=self.fencing,
                 expected_versions=seen,
@@ -374,7 +284,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             }
         }
 
-    @_db_call
+    @db_call
     def put_writes(
         self,
         config: RunnableConfig,
@@ -409,7 +319,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             )
             self._advanced(thread_id, change)
 
-    @_db_call
+    @db_call
     def delete_thread(self, thread_id: str) -> None:
         from checkpoints.integrations.langgraph_store.maintenance import thread_delete
 
@@ -419,7 +329,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             with self._seen_lock:
                 self._seen.pop(thread_id, None)
 
-    @_db_call
+    @db_call
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         from checkpoints.integrations.langgraph_store.maintenance import (
             checkpoints_delete_for_runs,
@@ -427,7 +337,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
 
         checkpoints_delete_for_runs(tenant=self.tenant, run_ids=run_ids, actor=self.actor)
 
-    @_db_call
+    @db_call
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         from checkpoints.integrations.langgraph_store.maintenance import thread_copy
 
@@ -438,7 +348,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
             actor=self.actor,
         )
 
-    @_db_call
+    @db_call
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         from checkpoints.integrations.langgraph_store.maintenance import threads_prune
 
@@ -459,7 +369,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
 
     # --- async: the same operations in asgiref's thread-sensitive executor --------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await _off_loop(self.get_tuple)(config)
+        return await off_loop(self.get_tuple)(config)
 
     async def alist(
         self,
@@ -472,7 +382,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         def collect() -> list[CheckpointTuple]:
             return [*self.list(config, filter=filter, before=before, limit=limit)]
 
-        for item in await _off_loop(collect)():
+        for item in await off_loop(collect)():
             yield item
 
     async def aput(
@@ -482,7 +392,7 @@ class CairnSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await _off_loop(self.put)(config, checkpoint, metadata, new_versions)
+        return await off_loop(self.put)(config, checkpoint, metadata, new_versions)
 
     async def aput_writes(
         self,
@@ -491,19 +401,19 @@ class CairnSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await _off_loop(self.put_writes)(config, writes, task_id, task_path)
+        await off_loop(self.put_writes)(config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await _off_loop(self.delete_thread)(thread_id)
+        await off_loop(self.delete_thread)(thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await _off_loop(self.delete_for_runs)(run_ids)
+        await off_loop(self.delete_for_runs)(run_ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await _off_loop(self.copy_thread)(source_thread_id, target_thread_id)
+        await off_loop(self.copy_thread)(source_thread_id, target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await _off_loop(self.prune)(thread_ids, strategy=strategy)
+        await off_loop(self.prune)(thread_ids, strategy=strategy)
 
 
 class AsyncCairnSaver(CairnSaver):
