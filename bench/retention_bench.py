@@ -17,7 +17,8 @@ committing checkpoints to their own active runs through ``checkpoint_commit``. R
 - the longest commit of an active run while the job ran, next to the same figure measured
   just before without the job (the difference is what the job cost a committer);
 - how often a committer's backend was seen blocked by the job's backend
-  (``pg_blocking_pids``, sampled every 20 ms): the job never locks an active run, so 0.
+  (``pg_blocking_pids``, sampled every 20 ms): the job never locks an active run, so 0;
+- how long the console's preview of the policy takes over the whole store.
 """
 
 from __future__ import annotations
@@ -265,6 +266,12 @@ def main() -> None:
     print(f"Baseline: {args.committers} committers, {args.baseline_seconds:.0f} s…", flush=True)
     baseline = Committers(tenant, user, active).run_while(lambda: time.sleep(args.baseline_seconds))
 
+    from retention.models import RetentionPolicy
+    from retention.services import retention_preview
+
+    started = time.perf_counter()
+    preview = retention_preview(RetentionPolicy.objects.get(tenant=tenant))
+    preview_seconds = time.perf_counter() - started
     before = Checkpoint.objects.count()
     print("Retention job with committers…", flush=True)
     env = {**os.environ, "PGAPPNAME": JOB_APP, "DJANGO_SETTINGS_MODULE": "cairn.settings"}
@@ -307,6 +314,8 @@ def main() -> None:
         "committer_seen_blocked_by_job": sum(blocked_samples),
         "blocked_samples_taken": len(blocked_samples),
         "verify_ok_after_compaction": verified,
+        "preview_seconds": round(preview_seconds, 2),
+        "preview_checkpoints": preview.checkpoints,
         "batch_size": args.batch_size,
         "committers": args.committers,
     }

@@ -315,3 +315,29 @@ def test_the_command_prints_progress_and_a_summary(acme, every_status):
     lines = out.getvalue().splitlines()
     assert sum("removed checkpoints" in line for line in lines) >= 6
     assert "Retention removed 15 checkpoints" in lines[-1]
+
+
+def test_the_migration_backfills_the_reference_index(acme, bob, workflow):
+    import importlib
+
+    from django.apps import apps
+
+    history = build(acme, bob, status=RunStatus.SUCCEEDED)
+    expected = set(ArtifactReference.objects.values_list("checkpoint_id", "artifact_id"))
+    assert len(expected) == 2  # the context (checkpoint 3) and the draft (the final one)
+    ArtifactReference.objects.all().delete()
+    migration = importlib.import_module("retention.migrations.0002_backfill_artifact_references")
+    migration.backfill(apps, None)
+    assert set(ArtifactReference.objects.values_list("checkpoint_id", "artifact_id")) == expected
+    assert history.artifacts["draft"].pk in {a for _, a in expected}
+
+
+def test_the_scheduler_runs_the_job_and_the_rollup():
+    from django.conf import settings
+
+    from cairn.celery import app
+
+    app.loader.import_default_modules()
+    tasks = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert {"retention.apply", "observability.metrics_rollup"} <= tasks
+    assert {"retention.apply", "observability.metrics_rollup"} <= set(app.tasks)
