@@ -5,14 +5,16 @@ from __future__ import annotations
 from uuid import UUID
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, F, OuterRef, QuerySet
 from django.utils import timezone
 
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from checkpoints.errors import NotFound
-from checkpoints.models import Run
+from checkpoints.models import ACTIVE_STATUSES, Run, RunStatus
 from tenants.models import Tenant
 from tenants.selectors import review_scope
+
+OPEN_RUN_STATUSES = sorted(ACTIVE_STATUSES - {RunStatus.CANCELLING})
 
 
 def requests_for_tenant(
@@ -31,12 +33,14 @@ def review_queue(*, tenant: Tenant, user: AbstractBaseUser) -> QuerySet:
 
     Empty for a user without the review role; only the granted runs for a holder of run
     grants. Leaves out the user's own requests and those the user has already decided (a
-    request needing several approvals stays pending).
+    request needing several approvals stays pending). A request whose run moved past the
+    bound version, or ended, is left out too: deciding it would only be refused as stale.
     """
     decided = ApprovalDecision.objects.filter(request=OuterRef("pk"), approver=user)
     return (
         requests_for_tenant(tenant, status=ApprovalStatus.PENDING, user=user)
         .filter(expires_at__gt=timezone.now())
+        .filter(run__version=F("run_version"), run__status__in=OPEN_RUN_STATUSES)
         .exclude(requester=user)
         .exclude(Exists(decided))
         .order_by("expires_at", "id")

@@ -441,3 +441,9 @@ def test_signals_fire_after_commit_with_the_rows(
         signals.approval_requested.disconnect(broken)
         signals.approval_decided.disconnect(on_decided)
     assert seen == [("requested", request.pk, "pending"), ("decided", request.pk, "approve")]
+
+
+def test_the_queue_leaves_out_requests_whose_run_moved_on(waiting, request_, carol):
+    assert list(review_queue(tenant=waiting.tenant, user=carol)) == [request_]
+    move(waiting, "review")  # a new version: deciding would be refused as stale
+    assert list(review_queue(tenant=waiting.tenant, user=carol)) == []
