@@ -107,6 +107,14 @@ class Run(models.Model):
             models.Index(fields=["tenant", "status", "-created_at"]),
             models.Index(fields=["tenant", "workflow_type", "-created_at"]),
             models.Index(fields=["status", "next_eligible_at"]),
+            # The console sorts by these and counts per status under a workflow filter.
+            models.Index(fields=["tenant", "-updated_at", "-id"], name="run_tenant_updated_idx"),
+            models.Index(
+                fields=["tenant", "-restore_count", "-id"], name="run_tenant_restores_idx"
+            ),
+            models.Index(
+                fields=["tenant", "workflow_type", "status"], name="run_tenant_wf_status_idx"
+            ),
         ]
 
     def __str__(self) -> str:
