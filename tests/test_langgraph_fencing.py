@@ -89,7 +89,12 @@ def test_without_fencing_the_later_writer_is_accepted(acme, head):
 
 
 def test_an_operator_cancel_in_cairn_stops_the_graphs_writes(acme, head, bob):
+    saver = CairnSaver(tenant="acme")
+    latest = put(saver, head, 1)
     run = thread_head_run(tenant=acme, thread_id="t1")
     run_cancel(tenant=acme, run_id=run.id, reason="runaway agent", actor=Actor(user=bob))
     with pytest.raises(RunNotActive):
-        put(CairnSaver(tenant="acme"), head, 1)
+        put(saver, latest, 2)
+    # Nor can the thread go on from an older checkpoint of the cancelled run.
+    with pytest.raises(RunNotActive, match="cannot branch"):
+        put(saver, head, 2)

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from checkpoints.errors import InvalidRequest
+from checkpoints.errors import InvalidRequest, RunNotActive
 from checkpoints.integrations.langgraph_store.models import (
     ID_LENGTH,
     LangGraphBranch,
@@ -135,7 +135,14 @@ def head_run_id(thread: LangGraphThread) -> uuid.UUID:
 
 def branch_fork(*, thread: LangGraphThread, parent: LangGraphCheckpoint, actor: Actor) -> Run:
     """A Cairn fork (``run_fork``) of the parent's run, from the Cairn checkpoint that
-    recorded the parent; the branch continues in it."""
+    recorded the parent; the branch continues in it. Raises RunNotActive when that run
+    ended (an operator's cancel stops the thread's branching too)."""
+    source_run = Run.objects.only("status").get(pk=parent.run_id)
+    if source_run.is_terminal:
+        raise RunNotActive(
+            f"The run of LangGraph checkpoint {parent.checkpoint_id} is {source_run.status}; "
+            "the thread cannot branch from it."
+        )
     source = Checkpoint.objects.only("sequence").get(pk=parent.cairn_checkpoint_id)
     run = run_fork(
         tenant=thread.tenant,
