@@ -167,6 +167,8 @@ def test_htmx_is_configured_not_to_evaluate_or_inject_styles(alice):  # noqa: AN
     config = json.loads(re.search(r"<meta name=\"htmx-config\" content='([^']+)'>", html).group(1))
     assert config["allowEval"] is False
     assert config["includeIndicatorStyles"] is False
+    # Settling would copy a style attribute across a swap, i.e. set an inline style.
+    assert "style" not in config["attributesToSettle"]
     assert re.search(r'<script src="/static/[^"]*htmx[^"]*\.js"', html)
 
 
