@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Annotated, TypedDict
 
 import pytest
@@ -29,6 +33,7 @@ from tenants.models import AuditEvent, Tenant
 from tenants.services import Actor
 
 pytestmark = pytest.mark.django_db(transaction=True)
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def config(thread: str) -> dict:
@@ -225,3 +230,22 @@ def test_retention_deleting_cairn_checkpoints_deletes_what_they_recorded(acme):
         Run.objects.filter(pk=first.run_id).delete()
     assert saver.get_tuple(config("t1")) is None
     assert not LangGraphThread.objects.exists()
+
+
+def test_cairn_runs_without_langgraph_installed():
+    # LangGraph is an optional extra: every app, URL and the store's services load without it.
+    code = (
+        "import sys; sys.modules['langgraph'] = sys.modules['langchain_core'] = None\n"
+        "import django; django.setup()\n"
+        "from django.core.management import call_command; call_command('check')\n"
+        "import checkpoints.integrations.langgraph_store.maintenance\n"
+        "import checkpoints.integrations.langgraph_store.selectors\n"
+        "import checkpoints.services.keys\n"
+        "try:\n    import checkpoints.integrations.langgraph\nexcept ImportError: pass\n"
+        "else:\n    sys.exit('the saver imported without LangGraph')\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
