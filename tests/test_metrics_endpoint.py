@@ -201,3 +201,25 @@ def test_a_bad_network_setting_is_reported_by_the_system_checks(settings):
 
     settings.CAIRN_METRICS_ALLOWED_NETWORKS = ["10.0.0.0/8", "not-a-network"]
     assert [e.id for e in metrics_networks_check(None)] == ["cairn.E101"]
+
+
+def test_latency_samples_are_buffered_and_written_in_one_insert(settings, db):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from observability.latency import commit_latency_record, latency_flush
+
+    settings.CAIRN_METRICS_FLUSH_SECONDS = 3600
+    latency_flush()
+    with CaptureQueriesContext(connection) as captured:
+        for value in (0.01, 0.02, 0.03):
+            commit_latency_record(seconds=value)
+    assert not captured.captured_queries  # measuring adds no write to a commit
+    with CaptureQueriesContext(connection) as captured:
+        assert latency_flush() == 3
+    assert len(captured.captured_queries) == 1
+    assert sorted(CommitLatencySample.objects.values_list("seconds", flat=True)) == [
+        0.01,
+        0.02,
+        0.03,
+    ]
