@@ -68,13 +68,15 @@ def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Broker]:
         env = {"CELERY_BROKER_URL": url}
     else:
         folder = tmp_path / "broker"
-        for sub in ("out", "processed"):
+        for sub in ("out", "processed", "control"):
             (folder / sub).mkdir(parents=True)
         url = "filesystem://"
         options = {
             "data_folder_in": str(folder / "out"),
             "data_folder_out": str(folder / "out"),
             "processed_folder": str(folder / "processed"),
+            # Without it kombu writes its exchange table into ./control of the cwd.
+            "control_folder": str(folder / "control"),
             "store_processed": False,
         }
         env = {"CELERY_BROKER_URL": url, "CAIRN_BROKER_DIR": str(folder)}
