@@ -208,7 +208,8 @@ def _remove_checkpoints(
     AuditEvent.objects.bulk_create(events)
     ids = [row["id"] for row in rows]
     ArtifactReference.objects.filter(checkpoint_id__in=ids).delete()
-    deleted = Checkpoint.objects.filter(pk__in=ids, run__in=runs).retention_delete()
+    # only("pk"): the delete collects the rows first, and needs no envelope for that.
+    deleted = Checkpoint.objects.filter(pk__in=ids, run__in=runs).only("pk").retention_delete()
     if deleted != len(ids):
         # Under the run locks nobody else deletes these rows; a mismatch means something is
         # wrong, so the whole batch (records included) rolls back.
