@@ -6,6 +6,8 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 
 from checkpoints.models import Checkpoint
+from checkpoints.services.runs import run_create
+from tenants.services import Actor
 
 pytestmark = pytest.mark.postgres
 
@@ -31,7 +33,10 @@ def test_rotation_mode_may_rewrite_only_the_ciphertext(postgres_only, run):
     assert Checkpoint.objects.get(run=run).state == "collect_sources"
 
 
-def test_retention_mode_may_delete(postgres_only, run):
+def test_retention_mode_may_delete(postgres_only, run, bob):
+    other = run_create(
+        tenant=run.tenant, workflow_type="research", execution="external", actor=Actor(user=bob)
+    )
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL cairn.retention = 'on'")
         Checkpoint.objects.filter(run=run).retention_delete()
@@ -40,3 +45,4 @@ def test_retention_mode_may_delete(postgres_only, run):
     with pytest.raises(DatabaseError), transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(f"DELETE FROM {Checkpoint._meta.db_table}")
+    assert Checkpoint.objects.filter(run=other).count() == 1
