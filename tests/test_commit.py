@@ -132,3 +132,13 @@ def test_checkpoints_are_immutable_in_the_orm(run):
     with pytest.raises(ImmutableCheckpoint):
         Checkpoint.objects.filter(run=run).delete()
     assert Run.objects.get(pk=run.pk).checkpoints.get().state == "collect_sources"
+
+
+def test_an_external_runs_checkpoint_event_is_recorded_without_a_dispatch(run, bob):
+    from checkpoints.services.outbox import outbox_lag_seconds
+
+    commit(run, bob)
+    event = OutboxMessage.objects.filter(run=run).latest("id")
+    assert event.kind == "run.checkpointed"
+    assert event.sent_at is not None and event.attempts == 0
+    assert outbox_lag_seconds() == 0.0

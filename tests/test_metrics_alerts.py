@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from checkpoints.models import ExternalOperation, OperationStatus, OutboxMessage, Run, RunStatus
+from checkpoints.services.outbox import outbox_enqueue
 from observability.alerts import alerts_for_tenant
 from tests.retention_support import build
 
@@ -44,6 +45,9 @@ def sick(settings, acme, globex, bob, charlie, workflow):  # noqa: ANN001, ANN20
     Run.objects.filter(pk=fine.pk).update(restore_count=3)  # at the bound, not above
     _stalled(fine, "stuck", 30)
     _stalled(fine, "recent", 2)
+    # A command a worker should have received ten minutes ago (events of external runs are
+    # recorded as sent: no consumer waits for them).
+    outbox_enqueue(run=fine, kind="run.resume", payload={"run_id": str(fine.pk)})
     OutboxMessage.objects.filter(tenant=acme).update(
         created_at=timezone.now() - timedelta(minutes=10)
     )

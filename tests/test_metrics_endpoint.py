@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from checkpoints.models import ExternalOperation, OperationStatus, OutboxMessage, Run, RunStatus
+from checkpoints.services.outbox import outbox_enqueue
 from observability.counters import counters_rollup
 from observability.latency import latency_rollup
 from observability.metrics import metrics_text
@@ -130,6 +131,8 @@ def test_it_counts_approvals_waiting_and_expired(client, acme, estate):
 
 
 def test_it_serves_the_outbox_lag(client, estate):
+    stuck = estate["running"].run
+    outbox_enqueue(run=stuck, kind="run.resume", payload={"run_id": str(stuck.pk)})
     oldest = OutboxMessage.objects.filter(sent_at__isnull=True).order_by("id").first()
     OutboxMessage.objects.filter(pk=oldest.pk).update(
         created_at=timezone.now() - timedelta(seconds=300)

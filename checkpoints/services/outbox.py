@@ -30,12 +30,25 @@ TASK_FOR_KIND = {"run.resume": "checkpoints.run_advance"}
 def outbox_enqueue(
     *, run: Run, kind: str, payload: dict[str, Any], available_at: datetime | None = None
 ) -> OutboxMessage:
-    """Insert a message in the caller's transaction and publish it right after commit."""
+    """Insert a message in the caller's transaction and publish it right after commit.
+
+    An event no task consumes (``run.checkpointed`` of an externally driven run) is recorded
+    as already sent: it is history for integrations, and claiming it would cost two more
+    writes on every commit for nothing.
+    """
+    consumed = kind in TASK_FOR_KIND
     message = OutboxMessage.objects.create(
-        tenant_id=run.tenant_id, run=run, kind=kind, payload=payload, available_at=available_at
+        tenant_id=run.tenant_id,
+        run=run,
+        kind=kind,
+        payload=payload,
+        available_at=available_at,
+        sent_at=None if consumed else timezone.now(),
     )
-    if settings.CAIRN_DISPATCH_ON_COMMIT and (
-        available_at is None or available_at <= timezone.now()
+    if (
+        consumed
+        and settings.CAIRN_DISPATCH_ON_COMMIT
+        and (available_at is None or available_at <= timezone.now())
     ):
         transaction.on_commit(lambda: outbox_dispatch(message_ids=[message.id]))
     return message
