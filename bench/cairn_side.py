@@ -126,7 +126,8 @@ class RawCommitter:
             )
             self.conn.execute(
                 "INSERT INTO checkpoints_outboxmessage (tenant_id, run_id, kind, payload, "
-                "created_at, attempts) VALUES (%s, %s, 'run.checkpointed', %s, now(), 0)",
+                "created_at, sent_at, attempts) "
+                "VALUES (%s, %s, 'run.checkpointed', %s, now(), now(), 0)",
                 [self.tenant_id, self.run.id, json.dumps({"expected_version": self.version + 1})],
             )
         self.version += 1
