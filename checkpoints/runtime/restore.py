@@ -56,11 +56,19 @@ def _check_chain(run: Run, checkpoint: Checkpoint, stored: dict[str, Any]) -> st
     if identity.get("parent_sha256", "") != checkpoint.parent_sha256:
         return f"{where}: the envelope's parent hash differs from the stored one"
     if checkpoint.sequence > 1:
-        parent = Checkpoint.objects.filter(run=run, sequence=checkpoint.sequence - 1).first()
+        parent = (
+            Checkpoint.objects.filter(run=run, sequence=checkpoint.sequence - 1)
+            .only("pk", "sequence", "sha256")  # not its (large) sealed envelope
+            .first()
+        )
         if parent is None:
             return f"{where} has no predecessor: the history has a gap"
     elif checkpoint.parent_id is not None:  # a fork's first checkpoint
-        parent = Checkpoint.objects.filter(pk=checkpoint.parent_id).first()
+        parent = (
+            Checkpoint.objects.filter(pk=checkpoint.parent_id)
+            .only("pk", "sequence", "sha256")
+            .first()
+        )
         if parent is None:
             return f"{where} names a fork source checkpoint that no longer exists"
     else:
