@@ -141,27 +141,45 @@ def _dbos_concurrent(dbos: Dbos, per_writer: int, size: int) -> tuple[float, lis
 
 
 def restore_case(tenant) -> list[Measurement]:  # noqa: ANN001
-    """Load and validate the latest checkpoint (the runtime's restore) at growing history."""
+    """Load and validate the latest checkpoint (the runtime's restore) at growing history.
+
+    Histories are built first; then each round measures every length in turn, so drift in
+    the machine's load falls on all lengths alike.
+    """
     from checkpoints.models import Run
     from checkpoints.runtime.restore import restore_latest
 
     lengths = [10, 1000] if QUICK else [10, 1000, 10000]
-    results = []
     dsn = db_url()
+    runs, graphs = {}, {}
     for length in lengths:
         committer = cairn_side.Committer(tenant, SIZES["2KB"])
         for _ in range(length - 1):
             committer()
-        run = Run.objects.select_related("workflow").get(pk=committer.run.id)
-        samples = time_each(lambda _i, run=run: restore_latest(run), ROUNDS, WARMUP)
-        results.append(Measurement("restore", "cairn", f"history {length}", samples=samples))
+        runs[length] = Run.objects.select_related("workflow").get(pk=committer.run.id)
         graph = LangGraphCommitter(dsn, SIZES["2KB"])
+        graph.setup()
         for _ in range(length):
             graph()
-        samples = time_each(lambda _i, graph=graph: graph.latest(), ROUNDS, WARMUP)
+        graphs[length] = graph
+    samples = {(system, n): [] for system in ("cairn", "langgraph") for n in lengths}
+    for round_index in range(WARMUP + ROUNDS):
+        for length in lengths:
+            for system, load in (
+                ("cairn", lambda n=length: restore_latest(runs[n])),
+                ("langgraph", lambda n=length: graphs[n].latest()),
+            ):
+                start = time.perf_counter()
+                load()
+                if round_index >= WARMUP:
+                    samples[system, length].append((time.perf_counter() - start) * 1000)
+    for graph in graphs.values():
         graph.close()
-        results.append(Measurement("restore", "langgraph", f"history {length}", samples=samples))
-    return results
+    return [
+        Measurement("restore", system, f"history {length}", samples=samples[system, length])
+        for length in lengths
+        for system in ("cairn", "langgraph")
+    ]
 
 
 def contention_case(tenant, seconds: float = 5.0) -> list[Measurement]:  # noqa: ANN001
