@@ -1,13 +1,13 @@
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView
 
 from checkpoints.api import actions, views
 from checkpoints.api import operations as operations_api
+from checkpoints.api.schema import SchemaView
 
 urlpatterns = [
     path(
         "schema",
-        SpectacularAPIView.as_view(permission_classes=[], authentication_classes=[]),
+        SchemaView.as_view(),
         name="schema",
     ),
     path("workflows", views.WorkflowListView.as_view(), name="workflows"),
