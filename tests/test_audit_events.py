@@ -11,7 +11,7 @@ from retention.policies import PolicyInput, legal_hold_set, retention_policy_sav
 from tenants.grants import run_grant_create, run_grant_revoke
 from tenants.models import AuditEvent
 from tenants.services import Actor, member_set_role, token_issue, token_revoke
-from tests.actions_support import advance, worker_run
+from tests.actions_support import advance, operation, worker_run
 from tests.approvals_support import ask, at_review, draft
 
 ADDRESS = "203.0.113.9"
@@ -100,6 +100,19 @@ def test_a_refused_action_changes_nothing_and_records_no_action(api_as, acme, ca
     )
     assert response.status_code == 403
     assert not AuditEvent.objects.filter(action="run.cancel").exists()
+
+
+def test_a_side_effect_outcome_recorded_through_the_api_is_audited(api_as, acme, bob, wrun):  # noqa: ANN001
+    operation(wrun, "pub-1", "pending")
+    response = api_from(api_as, bob, acme).post(
+        f"/api/v1/runs/{wrun.pk}/operations/pub-1/unknown",
+        {"reason": "the provider timed out"},
+        format="json",
+    )
+    assert response.status_code == 200, response.json()
+    (row,) = AuditEvent.objects.filter(tenant=acme, run_id=wrun.pk, target="operation pub-1")
+    assert (row.actor, row.ip, row.reason) == (bob, ADDRESS, "the provider timed out")
+    assert (row.details["from"], row.details["to"]) == ("pending", "unknown")
 
 
 # --- decisions -----------------------------------------------------------------------------
