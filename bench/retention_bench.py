@@ -280,23 +280,35 @@ def main() -> None:
     blocked_samples = []
 
     def job() -> None:
+        # The job's progress goes to a file: a pipe nobody reads would fill up and stall it.
+        output = ROOT / "var" / "retention-bench-job.log"
+        output.parent.mkdir(exist_ok=True)
         started = time.perf_counter()
-        process = subprocess.Popen(
-            [sys.executable, "manage.py", "apply_retention", "--batch-size", str(args.batch_size)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        while process.poll() is None:
-            if committers.pids:
-                blocked_samples.append(blocked_by_job(committers.pids))
-            time.sleep(0.02)
-        out, err = process.communicate()
+        with output.open("w") as sink:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "manage.py",
+                    "apply_retention",
+                    "--batch-size",
+                    str(args.batch_size),
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            while process.poll() is None:
+                if committers.pids:
+                    blocked_samples.append(blocked_by_job(committers.pids))
+                time.sleep(0.02)
         job_report["seconds"] = time.perf_counter() - started
         job_report["returncode"] = process.returncode
-        job_report["summary"] = (out.strip().splitlines() or [err.strip()])[-1]
+        lines = output.read_text().strip().splitlines()
+        job_report["summary"] = next(
+            (line for line in reversed(lines) if line.startswith("Retention")), lines[-1:]
+        )
 
     during = committers.run_while(job)
     after = Checkpoint.objects.count()
