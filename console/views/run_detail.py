@@ -21,11 +21,15 @@ VIEWER_MAX_BYTES = 256 * 1024
 TEXT_MEDIA = ("text/", "application/json", "application/xml", "application/x-ndjson")
 
 
-def _snapshot_context(run) -> dict:  # noqa: ANN001
+def _snapshot_context(run, seen_version: int | None = None) -> dict:  # noqa: ANN001
+    # The poll carries the version the page was rendered at: when the run has moved on, the
+    # snapshot says so, since the timeline, evidence and action forms below are still that
+    # older version's (an action would be refused as stale).
     return {
         "run": run,
         "budgets": run_reads.budget_bars(run),
         "refresh_seconds": SNAPSHOT_REFRESH_SECONDS,
+        "seen_version": run.version if seen_version is None else seen_version,
     }
 
 
@@ -83,7 +87,9 @@ def _steps(definition: dict) -> list[str]:
 def run_snapshot(request: HttpRequest, run_id: UUID) -> HttpResponse:
     """The snapshot panel alone, polled by htmx so status and budgets stay current."""
     run = run_reads.run_for_page(tenant=request.console.tenant, run_id=run_id)
-    return render(request, "console/run_detail.html#snapshot", _snapshot_context(run))
+    seen = request.GET.get("seen", "")
+    seen_version = int(seen) if seen.isdigit() else None
+    return render(request, "console/run_detail.html#snapshot", _snapshot_context(run, seen_version))
 
 
 @console_view(roles.OPERATE)
