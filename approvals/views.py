@@ -127,7 +127,8 @@ def _review_context(
     context: dict[str, object] = {
         "row": row,
         "run": row.run,
-        "run_url": _run_url(row.run_id),
+        # Only people who may open the run page get a link to it (a reviewer would get a 403).
+        "run_url": _run_url(row.run_id) if request.console.can(roles.OPERATE) else None,
         "decisions": list(row.decisions.all()),
         "time_left": time_left((row.expires_at - now).total_seconds()),
         "expired": expired,

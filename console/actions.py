@@ -30,9 +30,11 @@ from tenants import roles
 def actions_available(run: Run, operations: list[ExternalOperation]) -> dict[str, Any]:
     status = run.status
     finished = status in (RunStatus.CANCELLED, RunStatus.SUCCEEDED)
+    resumable = status in (RunStatus.PAUSED_FOR_REVIEW, RunStatus.WAITING_RETRY, RunStatus.FAILED)
     offered = {
-        "resume": status
-        in (RunStatus.PAUSED_FOR_REVIEW, RunStatus.WAITING_RETRY, RunStatus.FAILED),
+        # A run that failed in a final state (a rejected draft) has nothing left to resume.
+        # (The run page loads the workflow with the run, so this reads no row.)
+        "resume": resumable and run.state not in (run.workflow.definition.get("terminal") or ()),
         "cancel": not finished and status not in (RunStatus.FAILED, RunStatus.CANCELLING),
         "retry": not finished and status != RunStatus.CANCELLING,
         "fork": run.checkpoint_sequence > 0,

@@ -176,9 +176,12 @@ def _check_decidable(*, request: ApprovalRequest, user: AbstractBaseUser, artifa
     if request.status == ApprovalStatus.SUPERSEDED:
         raise _Refusal(
             request,
+            # The run asked again (a retried step, a restore), often for the very same draft:
+            # say what replaced it rather than guessing that the draft changed.
             ApprovalStale(
-                "A newer approval request replaced this one (the draft changed); "
-                "nothing was decided. Review the new request."
+                "A newer approval request replaced this one"
+                + (f" ({request.status_reason.rstrip('.')})" if request.status_reason else "")
+                + "; nothing was decided. Review the new request."
             ),
         )
     if run.version != request.run_version or run.status not in RUN_OPEN_STATUSES:

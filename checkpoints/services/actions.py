@@ -172,8 +172,8 @@ def run_resume(
     ``expected_version``); the console always asks for one.
 
     Raises NotFound, ConcurrentCheckpointWrite, RunNotActive (cancelled, succeeded,
-    cancelling), ActionNotAllowed (running, waiting for approval, reconciling) or
-    BudgetExhausted.
+    cancelling), ActionNotAllowed (running, waiting for approval, reconciling, or a failed
+    run whose latest checkpoint is in a terminal state) or BudgetExhausted.
     """
     reason = reason_clean(reason, required=False)
     with transaction.atomic():
@@ -182,6 +182,13 @@ def run_resume(
         refuse_finished(run, "resumed")
         if run.status not in RESUMABLE:
             raise ActionNotAllowed(_NOT_RESUMABLE.get(run.status, f"The run is {run.status}."))
+        if run.state in (run.workflow.definition.get("terminal") or ()):
+            # E.g. a rejected demo run: nothing is left to run from a final state, so a
+            # resumed run would only sit in ``running`` forever.
+            raise ActionNotAllowed(
+                f"The run ended in state {run.state}, a final state of its workflow: there is "
+                "nothing left to resume. Retry a named step or fork the run instead."
+            )
         refuse_exhausted(run, "resumed")
         previous = run.status
         version = version_bump(
