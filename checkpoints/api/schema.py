@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.utils import extend_schema
+from drf_spectacular.views import SCHEMA_KWARGS, SpectacularAPIView
 
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
 COMMON = {
@@ -65,6 +66,7 @@ class SchemaView(SpectacularAPIView):
     authentication_classes: list = []
     permission_classes: list = []
 
+    @extend_schema(**SCHEMA_KWARGS)  # as drf-spectacular documents its own view
     def get(self, request, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN201
         with self._lock:
             return super().get(request, *args, **kwargs)
