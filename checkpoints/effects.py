@@ -54,6 +54,7 @@ from checkpoints.services.checkpoints import BUDGET_USED_KEYS, checkpoint_commit
 from checkpoints.services.operations import (
     operation_attempt,
     operation_confirm,
+    operation_envelope_entry,
     operation_fail,
     operation_mark_pending,
     operation_mark_unknown,
@@ -130,14 +131,9 @@ class _Effect:
         """Commit a checkpoint at the step's state whose side-effects group shows the
         operation's status; with ``mark_pending`` the operation becomes pending in the same
         transaction. Raises LeaseLost when the run moved on."""
-        status = OperationStatus.PENDING if mark_pending else operation.status
-        entry = {
-            "idempotency_key": operation.idempotency_key,
-            "action": operation.action,
-            "target": operation.target[:500],
-            "provider_operation_id": operation.provider_operation_id or None,
-            "status": status,
-        }
+        entry = operation_envelope_entry(
+            operation, status=OperationStatus.PENDING if mark_pending else None
+        )
         effects = [
             e for e in self.ctx.side_effects if e.get("idempotency_key") != entry["idempotency_key"]
         ]

@@ -247,3 +247,58 @@ def test_a_step_that_would_send_a_different_request_under_its_key_fails_unsent(
     assert run.status == RunStatus.FAILED
     assert "different request" in run.status_reason
     assert service.stats()["publications"] == 0
+
+
+def _latest_side_effects(run: Run) -> list[dict]:
+    latest = Checkpoint.objects.get(run=run, sequence=run.checkpoint_sequence)
+    return checkpoint_envelope(latest)["side_effects"]
+
+
+def test_a_retry_checkpoint_after_the_pending_checkpoint_still_lists_the_operation(
+    acme, service, count_dir
+):
+    service.faults("fail")
+    run = advance(start(acme, count_dir))
+    assert run.status == RunStatus.WAITING_RETRY
+    operation = only_operation(run)
+    assert _latest_side_effects(run) == [
+        {
+            "idempotency_key": operation.idempotency_key,
+            "action": "publish",
+            "target": target_of(run.pk),
+            "provider_operation_id": None,
+            "status": "pending",
+        }
+    ]
+
+
+def test_a_failure_checkpoint_lists_the_operation_as_the_operations_table_has_it(
+    acme, service, count_dir
+):
+    service.faults("drop", lookup="nolookup")
+    run = advance(start(acme, count_dir))
+    operation = only_operation(run)
+    assert (run.status, operation.status) == (RunStatus.WAITING_RETRY, "unknown")
+    # The pending checkpoint said "pending"; the retry checkpoint says what is known now.
+    assert [(e["idempotency_key"], e["status"]) for e in _latest_side_effects(run)] == [
+        (operation.idempotency_key, "unknown")
+    ]
+
+
+def test_a_run_failed_by_its_last_attempt_keeps_the_pending_operation_in_its_history(
+    acme, service, count_dir
+):
+    service.faults("fail")
+    run = run_create(
+        tenant=acme,
+        workflow_type="effects_demo",
+        inputs={"title": "One try", "count_dir": str(count_dir)},
+        budget={"max_attempts": 2},  # prepare and one attempt of publish
+        actor=Actor.system("test"),
+    )
+    run = advance(run)
+    assert run.status == RunStatus.FAILED, run.status_reason
+    assert "budget exhausted" in run.status_reason
+    assert [(e["idempotency_key"], e["status"]) for e in _latest_side_effects(run)] == [
+        (only_operation(run).idempotency_key, "pending")
+    ]

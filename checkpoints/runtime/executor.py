@@ -34,6 +34,7 @@ from checkpoints.errors import (
 from checkpoints.models import Execution, Run, RunStatus, WorkerHeartbeat
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS, checkpoint_commit
 from checkpoints.services.leases import lease_acquire
+from checkpoints.services.operations import operations_envelope_entries
 from tenants.services import Actor
 
 from . import hooks
@@ -233,20 +234,32 @@ class _Advance:
             keeper.stop_renewing()
         used = keeper.flush_elapsed()
         if failure is not None:
-            return self.step_failed(spec, restored, used, *failure)
+            return self.step_failed(spec, restored, used, *failure, side_effects=ctx.side_effects)
         try:
             target, output = _interpret(spec, returned)
         except PermanentStepError as exc:
             return self.pause(exc.reason)
         evidence = ctx.evidence
         evidence["outputs"][spec.name] = output
-        groups = self.groups(restored, evidence=evidence, used=used)
-        groups["side_effects"] = ctx.side_effects
+        groups = self.groups(restored, evidence=evidence, used=used, side_effects=ctx.side_effects)
         return self.commit(state=target, step=spec.name, groups=groups)
 
     def step_failed(
-        self, spec: StepSpec, restored: Restored, used: dict, kind: str, reason: str, delay
+        self,
+        spec: StepSpec,
+        restored: Restored,
+        used: dict,
+        kind: str,
+        reason: str,
+        delay: float | None,
+        *,
+        side_effects: list[dict[str, Any]],
     ) -> str:
+        """Commit the failed or retry-waiting checkpoint. Its evidence is the restored one
+        (a failed step's outputs are not accepted), but its side effects are every one the
+        step's context knows, as the operations table has them now: an effect the step
+        started (its pending checkpoint is already committed) stays in the history."""
+        side_effects = operations_envelope_entries(run_id=self.run.pk, entries=side_effects)
         limit = (self.run.budget_limits or {}).get("max_attempts")
         attempts = used["attempts_used"]
         if kind == "retry" and limit is not None and attempts >= limit:
@@ -258,14 +271,20 @@ class _Advance:
         elif kind == "fail":
             reason = f"{spec.name} failed: {reason}"
         if kind == "fail":
-            groups = self.groups(restored, used=used, reason=reason)
+            groups = self.groups(restored, used=used, reason=reason, side_effects=side_effects)
             return self.commit(
                 state=self.run.state, step="", groups=groups, status=RunStatus.FAILED, reason=reason
             )
         delay = settings.CAIRN_RETRY_DELAY_SECONDS if delay is None else max(0.0, float(delay))
         eligible = timezone.now() + timedelta(seconds=delay)
         reason = f"attempt {attempts} ({spec.name}) failed: {reason}"
-        groups = self.groups(restored, used=used, reason=reason, next_eligible_at=eligible)
+        groups = self.groups(
+            restored,
+            used=used,
+            reason=reason,
+            next_eligible_at=eligible,
+            side_effects=side_effects,
+        )
         return self.commit(
             state=self.run.state,
             step="",
@@ -305,6 +324,7 @@ class _Advance:
         *,
         used: dict,
         evidence: dict | None = None,
+        side_effects: list[dict[str, Any]] | None = None,
         reason: str | None = None,
         next_eligible_at=None,  # noqa: ANN001
     ) -> dict[str, Any]:
@@ -323,7 +343,9 @@ class _Advance:
             "evidence": evidence
             if evidence is not None
             else evidence_normalize(envelope.get("evidence")),
-            "side_effects": envelope.get("side_effects") or [],
+            "side_effects": side_effects
+            if side_effects is not None
+            else envelope.get("side_effects") or [],
             "budgets": {key: used[key] for key in BUDGET_USED_KEYS},
             "control": control,
         }

@@ -211,6 +211,40 @@ def operation_reserve(
     return operation, True
 
 
+def operation_envelope_entry(
+    operation: ExternalOperation, *, status: str | None = None
+) -> dict[str, Any]:
+    """The operation as a checkpoint's ``side_effects`` group lists it (``status`` overrides
+    the row's, for the pending checkpoint written in the same transaction as the move)."""
+    return {
+        "idempotency_key": operation.idempotency_key,
+        "action": operation.action,
+        "target": operation.target[:500],
+        "provider_operation_id": operation.provider_operation_id or None,
+        "status": status or operation.status,
+    }
+
+
+def operations_envelope_entries(
+    *, run_id: UUID | str, entries: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``entries`` (a side-effects group) with each of the run's operations as the
+    operations table has it now, in the same order. An entry with no row of this run (a
+    fork's inherited entries name the source run's operations) is kept as it is. One query.
+    """
+    keys = [e.get("idempotency_key") for e in entries]
+    current = {
+        op.idempotency_key: op
+        for op in ExternalOperation.objects.filter(run_id=run_id, idempotency_key__in=keys)
+    }
+    return [
+        operation_envelope_entry(current[e["idempotency_key"]])
+        if e.get("idempotency_key") in current
+        else dict(e)
+        for e in entries
+    ]
+
+
 def operation_get(*, tenant: Tenant, run_id: UUID | str, idempotency_key: str) -> ExternalOperation:
     """The run's operation with this key, or NotFound (also for another tenant's)."""
     run = run_get(tenant=tenant, run_id=run_id)
