@@ -36,21 +36,15 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
-
 from checkpoints.errors import (
-    ConcurrentCheckpointWrite,
     IdempotencyKeyReused,
-    LeaseHeld,
-    RunNotActive,
 )
 from checkpoints.models import ExternalOperation, OperationStatus
 from checkpoints.providers.base import EffectRequest, Outcome, Provider, ProviderResult
 from checkpoints.providers.registry import PUBLISHING, provider_get
 from checkpoints.runtime.context import StepContext
-from checkpoints.runtime.errors import LeaseLost, PermanentStepError, RetryableStepError
+from checkpoints.runtime.errors import PermanentStepError, RetryableStepError
 from checkpoints.runtime.registry import workflow_code
-from checkpoints.services.checkpoints import BUDGET_USED_KEYS, checkpoint_commit
 from checkpoints.services.operations import (
     operation_attempt,
     operation_confirm,
@@ -113,12 +107,7 @@ class _Effect:
         self.ctx = ctx
         self.provider = provider
         self.request = request
-        # The runtime's lease keeper: effect checkpoints are committed under its lease and
-        # version, exactly like the step's own commit that follows.
-        self.keeper = ctx._keeper
-        self.actor = Actor.system(f"worker {self.keeper.owner}")
-        code = workflow_code(ctx.workflow_type, ctx.workflow_version)
-        self.code_version = code.code_version if code else ""
+        self.actor = ctx.actor
 
     # --- the envelope's side-effects group --------------------------------------------------
     def entry_status(self, key: str) -> str | None:
@@ -134,42 +123,18 @@ class _Effect:
         entry = operation_envelope_entry(
             operation, status=OperationStatus.PENDING if mark_pending else None
         )
-        effects = [
-            e for e in self.ctx.side_effects if e.get("idempotency_key") != entry["idempotency_key"]
-        ]
+        key = entry["idempotency_key"]
+        effects = [e for e in self.ctx.side_effects if e.get("idempotency_key") != key]
         effects.append(entry)
-        # The renewal thread also writes under the lease version: keep it still while the
-        # version moves.
-        self.keeper.stop_renewing()
-        try:
-            used = self.keeper.flush_elapsed()
-            with transaction.atomic():
-                if mark_pending:
-                    operation_mark_pending(operation_id=operation.id, actor=self.actor)
-                result = checkpoint_commit(
-                    tenant=self.ctx.tenant,
-                    run_id=self.ctx.run_id,
-                    expected_version=self.keeper.version,
-                    state=self.ctx.state,
-                    # Not the step's accepted result (that is the step's own commit): an
-                    # effect checkpoint names no step, its pending action names the key.
-                    step="",
-                    envelope={
-                        "side_effects": effects,
-                        "budgets": {key: used[key] for key in BUDGET_USED_KEYS},
-                    },
-                    actor=self.actor,
-                    lease_owner=self.keeper.owner,
-                    pending_action=operation.idempotency_key if mark_pending else None,
-                    code_version=self.code_version,
-                    is_evidence=True,
-                )
-            self.keeper.version = result.run_version
-            self.ctx.side_effects[:] = effects
-        except (ConcurrentCheckpointWrite, LeaseHeld, RunNotActive) as exc:
-            raise LeaseLost(exc.detail)
-        finally:
-            self.keeper.start_renewing()
+
+        def pending_with_the_checkpoint() -> None:
+            operation_mark_pending(operation_id=operation.id, actor=self.actor)
+
+        self.ctx.commit_side_effects(
+            effects,
+            pending_action=key if mark_pending else None,
+            with_commit=pending_with_the_checkpoint if mark_pending else None,
+        )
 
     # --- outcomes ---------------------------------------------------------------------------
     def done(self, operation: ExternalOperation, *, replayed: bool) -> EffectDone:

@@ -261,3 +261,58 @@ def test_a_command_for_a_run_its_caller_drives_is_ignored(acme):
     assert advance(run) == "inactive"
     run.refresh_from_db()
     assert (run.version, run.checkpoint_sequence, run.lease_owner) == (1, 1, "")
+
+
+ledger = Workflow("ledger", version="1")
+
+
+@ledger.step("note", next="done")
+def note(ctx):  # noqa: ANN001, ANN201
+    # A side effect recorded by hand through the context's public commit (the effect API's
+    # way), with the worker holding the lease.
+    ctx.commit_side_effects(
+        [{"idempotency_key": f"ledger.{ctx.run_id}", "action": "note", "status": "confirmed"}]
+    )
+    return {"noted": True}
+
+
+ledger.terminal("done")
+
+
+def test_a_step_commits_its_side_effects_under_its_lease_through_the_context(acme):
+    run = start(acme, "ledger")
+    assert advance(run) == "succeeded"
+    rows = list(
+        Checkpoint.objects.filter(run=run)
+        .order_by("sequence")
+        .values_list("state", "step", "actor")
+    )
+    assert rows == [
+        ("note", "", "test"),
+        ("note", "", "worker worker-a"),  # the side-effects checkpoint names no step
+        ("done", "note", "worker worker-a"),
+    ]
+    entry = {"idempotency_key": f"ledger.{run.pk}", "action": "note", "status": "confirmed"}
+    assert envelope_at(run, 2)["side_effects"] == [entry]
+    assert envelope_at(run, 3)["side_effects"] == [entry]  # the step's own commit keeps it
+    assert run_verify(tenant=acme, run_id=run.pk)["ok"]
+
+
+def test_the_effect_api_reaches_no_private_part_of_the_step_context() -> None:
+    import ast
+    from pathlib import Path
+
+    import checkpoints.effects
+
+    tree = ast.parse(Path(checkpoints.effects.__file__).read_text())
+    private = sorted(
+        {
+            node.attr
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and "ctx" in ast.unparse(node.value)
+        }
+    )
+    assert private == []

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from checkpoints.errors import IntegrityFailure
+from django.db import transaction
+
+from checkpoints.errors import ConcurrentCheckpointWrite, IntegrityFailure, LeaseHeld, RunNotActive
 from checkpoints.models import Artifact, ArtifactKind, Run
 from checkpoints.services.artifacts import artifact_content, artifact_store
+from checkpoints.services.checkpoints import BUDGET_USED_KEYS, checkpoint_commit
 
-from .errors import BudgetExhaustedError
+from .errors import BudgetExhaustedError, LeaseLost
 from .models import Completion, ModelClient
 
 if TYPE_CHECKING:
+    from tenants.services import Actor
+
     from .definition import StepSpec
     from .lease import LeaseKeeper
 
@@ -76,6 +82,8 @@ class StepContext:
         used: dict[str, Any],
         keeper: LeaseKeeper,
         model: ModelClient,
+        actor: Actor,
+        code_version: str = "",
     ) -> None:
         self.run_id = run.pk
         self.tenant = run.tenant
@@ -85,6 +93,8 @@ class StepContext:
         self.step = spec.name
         self._run = run
         self._keeper = keeper
+        self._actor = actor
+        self._code_version = code_version
         self._inputs = envelope.get("inputs") or {}
         self.evidence = evidence_normalize(envelope.get("evidence"))
         self.side_effects: list[dict[str, Any]] = copy.deepcopy(envelope.get("side_effects", []))
@@ -94,6 +104,11 @@ class StepContext:
         self.log = log
 
     # --- reading ----------------------------------------------------------------------------
+    @property
+    def actor(self) -> Actor:
+        """Who this worker's writes are recorded as (checkpoints, operations, audit)."""
+        return self._actor
+
     @property
     def inputs(self) -> dict[str, Any]:
         """The run's normalized inputs (``values`` of the genesis checkpoint)."""
@@ -179,3 +194,54 @@ class StepContext:
 
     def _charge(self, **deltas: float) -> None:
         self.used = self._keeper.charge(**deltas)
+
+    # --- committing under the step's lease (the effect API's checkpoints) --------------------
+    def commit_side_effects(
+        self,
+        side_effects: list[dict[str, Any]],
+        *,
+        pending_action: str | None = None,
+        with_commit: Callable[[], object] | None = None,
+    ) -> None:
+        """Commit a checkpoint at the step's state whose side-effects group is
+        ``side_effects``, under this step's lease and run version, then make it the
+        context's ``side_effects``. Its budgets are the run's usage so far; the other groups
+        carry forward from the parent.
+
+        The checkpoint names no step: only the step's own commit, after it returns, marks
+        the step accepted. ``pending_action`` names the operation about to be sent;
+        ``with_commit`` runs in the same transaction before the checkpoint is written (the
+        effect API marks its operation pending there, so both are written or neither).
+        Raises LeaseLost when the run moved on; nothing is written then.
+        """
+        keeper = self._keeper
+        # The renewal thread also writes under the lease version: keep it still while the
+        # version moves.
+        keeper.stop_renewing()
+        try:
+            used = keeper.flush_elapsed()
+            with transaction.atomic():
+                if with_commit is not None:
+                    with_commit()
+                result = checkpoint_commit(
+                    tenant=self.tenant,
+                    run_id=self.run_id,
+                    expected_version=keeper.version,
+                    state=self.state,
+                    step="",
+                    envelope={
+                        "side_effects": side_effects,
+                        "budgets": {key: used[key] for key in BUDGET_USED_KEYS},
+                    },
+                    actor=self._actor,
+                    lease_owner=keeper.owner,
+                    pending_action=pending_action,
+                    code_version=self._code_version,
+                    is_evidence=True,
+                )
+            keeper.version = result.run_version
+            self.side_effects[:] = copy.deepcopy(side_effects)
+        except (ConcurrentCheckpointWrite, LeaseHeld, RunNotActive) as exc:
+            raise LeaseLost(exc.detail)
+        finally:
+            keeper.start_renewing()

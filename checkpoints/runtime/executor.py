@@ -209,6 +209,8 @@ class _Advance:
             used=used,
             keeper=keeper,
             model=self.model,
+            actor=self.actor,
+            code_version=self.code.code_version if self.code else "",
         )
         log.info(
             "step started",
