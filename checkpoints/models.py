@@ -7,9 +7,11 @@ AES-GCM (``checkpoints.crypto``) by the services; the models never decrypt by th
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from tenants.models import Tenant
 
@@ -123,6 +125,12 @@ class Run(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    def lease_held(self, now: datetime | None = None) -> bool:
+        """Whether someone holds the run's lease and it has not expired (as of ``now``):
+        a worker (or an external driver) may be executing a step right now."""
+        expires = self.lease_expires_at
+        return bool(self.lease_owner and expires and expires > (now or timezone.now()))
 
 
 class CheckpointQuerySet(models.QuerySet):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from checkpoints.errors import (
     ArtifactHashMismatch,
@@ -142,3 +145,13 @@ def test_an_external_runs_checkpoint_event_is_recorded_without_a_dispatch(run, b
     assert event.kind == "run.checkpointed"
     assert event.sent_at is not None and event.attempts == 0
     assert outbox_lag_seconds() == 0.0
+
+
+def test_a_lease_is_held_only_while_it_has_an_owner_and_has_not_expired(run):
+    now = timezone.now()
+    assert not run.lease_held(now)
+    run.lease_owner, run.lease_expires_at = "worker-a", now + timedelta(seconds=30)
+    assert run.lease_held(now)
+    assert not run.lease_held(now + timedelta(seconds=30))  # expired at that instant
+    run.lease_owner = ""  # released
+    assert not run.lease_held(now)

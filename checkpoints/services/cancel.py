@@ -26,7 +26,6 @@ from uuid import UUID
 
 from django.db import transaction
 from django.db.models import QuerySet
-from django.utils import timezone
 
 from checkpoints.errors import CairnError, RunNotActive
 from checkpoints.models import ExternalOperation, OperationStatus, Run, RunStatus
@@ -123,10 +122,6 @@ def run_cancel(
     return run_reload(run)
 
 
-def _lease_live(run: Run) -> bool:
-    return bool(run.lease_owner and run.lease_expires_at and run.lease_expires_at > timezone.now())
-
-
 def run_cancel_settle(*, tenant: Tenant, run_id: UUID | str, actor: Actor) -> bool:
     """Ask the providers about a cancelling run's open operations, record the answers, and
     finish the cancel when nothing is left open. Returns whether this call ended the cancel
@@ -148,7 +143,7 @@ def run_cancel_settle(*, tenant: Tenant, run_id: UUID | str, actor: Actor) -> bo
             operation.refresh_from_db()
             if operation.status not in (OperationStatus.RESERVED, OperationStatus.PENDING):
                 continue
-            if answer.outcome == Outcome.NOT_FOUND and not _lease_live(run):
+            if answer.outcome == Outcome.NOT_FOUND and not run.lease_held():
                 operation_fail(
                     operation_id=operation.id,
                     reason="the run was cancelled before this operation was performed "

@@ -322,12 +322,7 @@ def checkpoint_commit(
                 "committed first. Reload the run and decide again."
             )
         now = timezone.now()
-        if (
-            run.lease_owner
-            and run.lease_expires_at
-            and run.lease_expires_at > now
-            and run.lease_owner != lease_owner
-        ):
+        if run.lease_held(now) and run.lease_owner != lease_owner:
             raise LeaseHeld(
                 f"The run is leased by {run.lease_owner} until {run.lease_expires_at.isoformat()}."
             )
