@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoints.models import ExternalOperation, Run, RunStatus
-from checkpoints.services.actions import run_grant_budget, run_resume
+from checkpoints.services.actions import grant_refusal_while_leased, run_grant_budget, run_resume
 from checkpoints.services.budgets import budget_exhausted
 from checkpoints.services.cancel import cancel_blocking_operations, run_cancel
 from checkpoints.services.forks import run_fork, run_fork_preview
@@ -124,7 +124,7 @@ def _grant_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
         )
     if run.status == RunStatus.FAILED:
         lines.append("The run stays failed until you resume it.")
-    return Summary(lines)
+    return Summary(lines, blocked=grant_refusal_while_leased(run) or "")
 
 
 # --- the services ---------------------------------------------------------------------------

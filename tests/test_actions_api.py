@@ -7,6 +7,7 @@ import yaml
 from openapi_spec_validator import validate
 
 from checkpoints.models import Checkpoint, Run, RunStatus
+from checkpoints.services.leases import lease_acquire, lease_release
 from tests.actions_support import advance, audit_events, operation, worker_run
 
 pytestmark = pytest.mark.django_db
@@ -210,3 +211,27 @@ def test_the_openapi_document_lists_the_actions(client):
     fork_schema = document["components"]["schemas"][schema_ref.rsplit("/", 1)[-1]]
     assert "warnings" in fork_schema["properties"]
     assert "/api/v1/runs/{run_id}/actions/fork/preview" in paths
+    grant = paths["/api/v1/runs/{run_id}/actions/grant_budget"]["post"]
+    assert "lease_held" in grant["responses"]["409"]["description"]
+    assert "worker holds the run's lease" in grant["description"]
+
+
+def test_grant_budget_is_409_lease_held_while_a_worker_runs_the_run(api, acme, bob):
+    run = worker_run(acme, bob, budget={"max_attempts": 3})
+    lease_acquire(
+        tenant=acme, run_id=run.id, owner="worker-a", ttl_seconds=60, expected_version=run.version
+    )
+    body = {"attempts": 2, "reason": "flaky provider", "expected_version": run.version}
+    response = api.post(url(run, "grant_budget"), body, format="json")
+    assert response.status_code == 409
+    assert response.json()["code"] == "lease_held"
+    assert response.json()["detail"].startswith(
+        "A worker is running this run right now (worker-a holds its lease until "
+    )
+    run.refresh_from_db()
+    assert (run.version, run.budget_limits["max_attempts"]) == (1, 3)
+    assert audit_events(run, "run.budget_grant") == []
+    lease_release(tenant=acme, run_id=run.id, owner="worker-a")
+    response = api.post(url(run, "grant_budget"), body, format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["budget_limits"]["max_attempts"] == 5

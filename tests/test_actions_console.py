@@ -8,6 +8,7 @@ from django.template import Context, Template
 from django.test import Client
 
 from checkpoints.models import ExternalOperation, Run, RunStatus
+from checkpoints.services.leases import lease_acquire
 from console.access import ConsoleAccess
 from tenants.services import Actor, permissions_of
 from tests.actions_support import advance, audit_events, operation, worker_run
@@ -165,6 +166,21 @@ def test_grant_budget_shows_the_limits_before_and_after(console, acme, bob):
     assert failed.budget_limits["max_attempts"] == 5
     empty = post(console, failed, "grant_budget").content.decode()
     assert "Name what to grant" in empty
+
+
+def test_grant_budget_is_blocked_while_a_worker_holds_the_lease(console, acme, bob):
+    run = worker_run(acme, bob, budget={"max_attempts": 3})
+    lease_acquire(
+        tenant=acme, run_id=run.id, owner="worker-a", ttl_seconds=60, expected_version=run.version
+    )
+    html = post(console, run, "grant_budget", attempts=2).content.decode()
+    assert "A worker is running this run right now (worker-a holds its lease" in html
+    assert "Grant the budget</button>" not in html  # nothing to confirm
+    # Confirming anyway (a page opened before the worker took the lease) changes nothing.
+    html = post(console, run, "grant_budget", confirm=True, attempts=2).content.decode()
+    assert "grant again when it pauses, waits or fails" in html
+    run.refresh_from_db()
+    assert (run.version, run.budget_limits["max_attempts"]) == (1, 3)
 
 
 def test_resume_is_blocked_while_the_budget_is_exhausted(console, acme, bob):

@@ -4,16 +4,21 @@ retry, a fork and a resume."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from checkpoints.errors import CairnError
 from checkpoints.models import Checkpoint, OutboxMessage, Run, RunStatus
+from checkpoints.runtime import Workflow
 from checkpoints.runtime.executor import run_advance
 from checkpoints.runtime.registry import workflow_ensure_registered
-from checkpoints.services.actions import run_resume
+from checkpoints.services.actions import run_grant_budget, run_resume
 from checkpoints.services.checkpoints import run_verify
 from checkpoints.services.forks import run_fork
 from checkpoints.services.retry import run_retry
 from checkpoints.services.runs import run_create
+from tenants.models import AuditEvent
 from tenants.services import Actor
 
 pytestmark = pytest.mark.django_db
@@ -112,3 +117,56 @@ def test_a_paused_run_resumes_from_its_latest_checkpoint(waiting, bob):
     )
     run = drive(run)
     assert (run.status, run.state) == (RunStatus.WAITING_APPROVAL, "request_approval")
+
+
+# A step with one paid model call, during which an operator grants budget (the step itself
+# calls the service, so the grant lands exactly while the worker executes the step).
+metered = Workflow("metered", version="1")
+during_step: dict[str, Any] = {}
+
+
+@metered.step("summarize", next="done")
+def summarize(ctx):  # noqa: ANN001, ANN201
+    during_step["model_calls"] = during_step.get("model_calls", 0) + 1
+    ctx.model.complete(prompt="summarize the cairn survey")
+    try:
+        run_grant_budget(
+            tenant=ctx.tenant,
+            run_id=ctx.run_id,
+            tokens=1000,
+            reason="the survey is long",
+            actor=during_step["operator"],
+        )
+        during_step["grant"] = "granted"
+    except CairnError as exc:
+        during_step["grant"] = exc
+    return {"summary": "cairns mark the way"}
+
+
+metered.terminal("done")
+
+
+def test_a_grant_while_a_worker_runs_a_step_is_refused_so_the_paid_call_is_not_repeated(
+    acme, bob, settings
+):
+    settings.CAIRN_DISPATCH_ON_COMMIT = False
+    during_step.clear()
+    during_step["operator"] = Actor(user=bob)
+    run = run_create(
+        tenant=acme,
+        workflow_type="metered",
+        inputs={},
+        budget={"max_tokens": 5000},
+        execution="worker",
+        actor=Actor(user=bob),
+    )
+    run = drive(run)
+    assert run.status == RunStatus.SUCCEEDED, run.status_reason
+    assert during_step["model_calls"] == 1
+    refusal = during_step["grant"]
+    assert isinstance(refusal, CairnError), refusal
+    assert (refusal.code, refusal.status) == ("lease_held", 409)
+    assert "A worker is running this run right now" in refusal.detail
+    assert "grant again when it pauses, waits or fails" in refusal.detail
+    assert run.budget_limits["max_tokens"] == 5000
+    assert not AuditEvent.objects.filter(run_id=run.id, action="run.budget_grant").exists()

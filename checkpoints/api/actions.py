@@ -3,12 +3,17 @@ service, render the run. The services decide and record; see checkpoints.service
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from checkpoints.api.serializers import RunSerializer, StrictSerializer
+from checkpoints.api.serializers import ErrorSerializer, RunSerializer, StrictSerializer
 from checkpoints.api.views import CairnAPIView, _errors
 from checkpoints.services.actions import MAX_REASON, run_grant_budget, run_resume
 from checkpoints.services.cancel import run_cancel
@@ -179,8 +184,25 @@ class ForkPreviewView(ActionView):
 class GrantBudgetView(ActionView):
     @extend_schema(
         request=GrantBudgetInSerializer,
-        responses={200: RunSerializer, **_errors(400, 403, 404, 409)},
+        responses={
+            200: RunSerializer,
+            **_errors(400, 403, 404),
+            409: OpenApiResponse(
+                ErrorSerializer,
+                description="concurrent_checkpoint_write (stale expected_version), "
+                "run_not_active (finished or cancelling), action_not_allowed (waiting for "
+                "approval, no such limit, an earlier deadline) or lease_held: a worker is "
+                "executing a step of the run right now, and a grant would make that step "
+                "run again. Nothing was done; grant again when the run pauses, waits or "
+                "fails.",
+            ),
+        },
         summary="Grant a run more budget (the only way budget is added)",
+        description="Raises the run's limits by the given amounts (or extends its "
+        "deadline); usage is never lowered and the status is not changed. Refused while a "
+        "worker holds the run's lease (409 lease_held): the grant moves the run's version, "
+        "so the step being executed could not commit and would run again, model calls "
+        "included.",
         tags=["operator actions"],
     )
     def post(self, request: Request, run_id: str) -> Response:

@@ -32,6 +32,7 @@ from checkpoints.errors import (
     BudgetExhausted,
     ConcurrentCheckpointWrite,
     InvalidRequest,
+    LeaseHeld,
     NotFound,
     RunNotActive,
 )
@@ -259,6 +260,21 @@ def _parse_deadline(deadline: datetime | str | None) -> datetime | None:
     return parsed
 
 
+def grant_refusal_while_leased(run: Run) -> str | None:
+    """Why a grant cannot be made now, or None: while someone holds the run's lease a step is
+    being executed under the current version, and a grant moves the version, so that step's
+    commit would be refused as stale and the step (its paid model calls too) would run again.
+    """
+    if not run.lease_held():
+        return None
+    return (
+        f"A worker is running this run right now ({run.lease_owner} holds its lease until "
+        f"{run.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC); a grant now would make the step it is "
+        "executing run again, model calls included. Nothing was done; grant again when it "
+        "pauses, waits or fails."
+    )
+
+
 def run_grant_budget(
     *,
     tenant: Tenant,
@@ -278,10 +294,12 @@ def run_grant_budget(
     exhausted budget stays failed until someone resumes it. A run that is running or
     waiting to retry gets its ``run.resume`` command again for the new version (the old one
     is now stale). A run waiting for approval is refused: the pending approval is bound to
-    its version.
+    its version. So is a run whose lease is held (checked under the run's row lock, which a
+    worker's lease update waits for): the step being executed would have to run again.
 
-    Raises NotFound, InvalidRequest, ConcurrentCheckpointWrite, RunNotActive or
-    ActionNotAllowed (an unlimited budget, an earlier deadline, waiting for approval).
+    Raises NotFound, InvalidRequest, ConcurrentCheckpointWrite, RunNotActive, LeaseHeld (a
+    worker is executing a step) or ActionNotAllowed (an unlimited budget, an earlier
+    deadline, waiting for approval).
     """
     reason = reason_clean(reason)
     amounts = _grant_amounts(attempts, tokens, cost)
@@ -300,6 +318,9 @@ def run_grant_budget(
                 "The run waits for an approval bound to its current version; a grant now "
                 "would invalidate it. Decide the approval first."
             )
+        leased = grant_refusal_while_leased(run)
+        if leased:
+            raise LeaseHeld(leased)
         before = dict(run.budget_limits)
         limits = dict(before)
         for name, amount in amounts.items():
