@@ -36,14 +36,12 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoints.errors import (
-    IdempotencyKeyReused,
-)
+from checkpoints.errors import IdempotencyKeyReused, RunNotActive
 from checkpoints.models import ExternalOperation, OperationStatus
 from checkpoints.providers.base import EffectRequest, Outcome, Provider, ProviderResult
 from checkpoints.providers.registry import PUBLISHING, provider_get
 from checkpoints.runtime.context import StepContext
-from checkpoints.runtime.errors import PermanentStepError, RetryableStepError
+from checkpoints.runtime.errors import LeaseLost, PermanentStepError, RetryableStepError
 from checkpoints.runtime.registry import workflow_code
 from checkpoints.services.operations import (
     operation_attempt,
@@ -283,6 +281,9 @@ def _reserve(
             f"{exc.detail} The step computed a different request for an effect it had "
             "already started; it must send the same request when it runs again."
         )
+    except RunNotActive as exc:
+        # Cancelled (or ended) while the step ran: its work is discarded, nothing was sent.
+        raise LeaseLost(exc.detail)
     if created:
         _test_crash_point("reserved")
     return operation

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoints.models import ExternalOperation, Run, RunStatus
+from checkpoints.models import ExternalOperation, OperationStatus, Run, RunStatus
 from checkpoints.services.actions import grant_refusal_while_leased, run_grant_budget, run_resume
 from checkpoints.services.budgets import budget_exhausted
 from checkpoints.services.cancel import cancel_blocking_operations, run_cancel
@@ -221,6 +221,12 @@ def outcome_spec(operation: ExternalOperation) -> Spec:
             ),
             "An outcome is final; it cannot be changed afterwards.",
         ]
+        if operation.status == OperationStatus.RESERVED:
+            lines.insert(
+                0,
+                "It is only reserved: Cairn has no record that it was sent (a worker marks an "
+                "operation pending before it calls the provider, an API caller may not).",
+            )
         if run.status == RunStatus.CANCELLING:
             lines.append(
                 "The run is being cancelled: if this was its last open operation, it "

@@ -42,11 +42,14 @@ def actions_available(run: Run, operations: list[ExternalOperation]) -> dict[str
         and status not in (RunStatus.CANCELLING, RunStatus.WAITING_APPROVAL),
     }
     no_worker = status in (RunStatus.CANCELLING, RunStatus.PAUSED_FOR_REVIEW, RunStatus.FAILED)
+    # Pending and reserved ones are a worker's business while one may still send them; a
+    # cancelling run waits for them, also when their provider cannot be asked.
     ambiguous = [
         op
         for op in operations
         if op.status == "unknown"
         or (op.status == "pending" and (no_worker or getattr(op, "is_stalled", False)))
+        or (op.status == "reserved" and no_worker)
     ]
     return {
         "actions": [(name, ACTIONS[name].label) for name, ok in offered.items() if ok],

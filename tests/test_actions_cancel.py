@@ -134,3 +134,26 @@ def test_the_sweep_finishes_once_an_unavailable_provider_answers(acme, bob, prov
     first.refresh_from_db()
     second.refresh_from_db()
     assert (first.status, second.status) == (RunStatus.CANCELLED, RunStatus.CANCELLING)
+
+
+def test_a_reserved_operation_whose_provider_is_unavailable_is_settled_by_a_person(
+    wrun, bob, provider
+):
+    op(wrun, "pub-1", "reserved")
+    provider.answers["pub-1"] = ProviderResult(Outcome.UNAVAILABLE, reason="connection refused")
+    run = cancel(wrun, bob)
+    assert run.status == RunStatus.CANCELLING
+    assert runs_cancel_sweep() == 0  # the sweep cannot settle it either
+    settled = operation_record_outcome(
+        tenant=run.tenant,
+        run_id=run.id,
+        idempotency_key="pub-1",
+        outcome="failed",
+        reason="it was never sent: the worker was stopped before the call",
+        actor=Actor(user=bob),
+    )
+    assert settled.status == OperationStatus.FAILED
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+    (recorded,) = audit_events(run, "operation.outcome_recorded")
+    assert (recorded.actor, recorded.details["from"]) == (bob, "reserved")

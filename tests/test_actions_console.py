@@ -12,6 +12,7 @@ from checkpoints.services.leases import lease_acquire
 from console.access import ConsoleAccess
 from tenants.services import Actor, permissions_of
 from tests.actions_support import advance, audit_events, operation, worker_run
+from tests.publishing import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -220,6 +221,29 @@ def test_recording_an_outcome_finishes_a_waiting_cancel(console, wrun):
     op = ExternalOperation.objects.get(idempotency_key="pub-1")
     wrun.refresh_from_db()
     assert (op.status, op.provider_operation_id, wrun.status) == ("confirmed", "pp-7", "cancelled")
+
+
+def test_a_reserved_operation_of_a_cancelling_run_gets_an_outcome_form(console, wrun, settings):
+    settings.CAIRN_PUBLISHING_URL = f"http://127.0.0.1:{free_port()}"  # nobody answers
+    reserved = operation(wrun, "pub-1", "reserved")
+    reserved.provider = "publishing"
+    reserved.save(update_fields=["provider"])
+    post(console, wrun, "cancel", confirm=True)
+    wrun.refresh_from_db()
+    reserved.refresh_from_db()
+    assert (wrun.status, reserved.status) == (RunStatus.CANCELLING, "reserved")
+    url = f"/runs/{wrun.pk}/operations/pub-1/outcome/"
+    assert url in console.get(f"/runs/{wrun.pk}/").content.decode()
+    body = {"version": wrun.version, "reason": "the worker stopped first", "outcome": "failed"}
+    confirm = console.post(url, body).content.decode()
+    assert "It is only reserved: Cairn has no record that it was sent" in confirm
+    assert "becomes cancelled" in confirm
+    assert console.post(url, {**body, "confirm": "1"}).status_code == 302
+    reserved.refresh_from_db()
+    wrun.refresh_from_db()
+    assert (reserved.status, wrun.status) == ("failed", "cancelled")
+    (event,) = audit_events(wrun, "operation.outcome_recorded")
+    assert event.details["from"] == "reserved"
 
 
 def test_htmx_gets_the_form_as_a_fragment_and_a_client_redirect_at_the_end(console, wrun):

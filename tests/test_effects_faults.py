@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+from checkpoints.effects import effect_perform
 from checkpoints.models import Checkpoint, ExternalOperation, Run, RunStatus
+from checkpoints.runtime import Workflow
 from checkpoints.runtime.executor import run_advance
+from checkpoints.services.cancel import run_cancel
 from checkpoints.services.checkpoints import checkpoint_envelope, run_verify
 from checkpoints.services.operations import operation_reserve
 from checkpoints.services.runs import run_create
@@ -302,3 +305,48 @@ def test_a_run_failed_by_its_last_attempt_keeps_the_pending_operation_in_its_his
     assert [(e["idempotency_key"], e["status"]) for e in _latest_side_effects(run)] == [
         (only_operation(run).idempotency_key, "pending")
     ]
+
+
+interrupted = Workflow("interrupted", version="1")
+
+
+@interrupted.effect("publish", next="done", action="publish")
+def publish_after_a_cancel(ctx):  # noqa: ANN001, ANN201
+    # An operator cancels while the step runs, before its effect is reserved.
+    run_cancel(
+        tenant=ctx.tenant,
+        run_id=ctx.run_id,
+        reason="wrong audience",
+        actor=Actor.system("operator"),
+        settle=False,
+    )
+    effect_perform(ctx, target="blog/interrupted", request={"title": "Never sent"})
+    return {}
+
+
+interrupted.terminal("done")
+
+
+def test_an_effect_of_a_run_cancelled_mid_step_is_never_reserved_nor_sent(acme, service, caplog):
+    run = run_create(
+        tenant=acme, workflow_type="interrupted", inputs={}, actor=Actor.system("test")
+    )
+    # Another operation still open, so the cancel waits in ``cancelling``.
+    operation_reserve(
+        tenant=acme,
+        run_id=run.pk,
+        idempotency_key=f"earlier-{run.pk}",
+        action="publish",
+        target="blog/earlier",
+        request_fingerprint="e" * 64,
+        actor=Actor.system("an earlier caller"),
+    )
+    outcome = run_advance(run_id=run.pk, expected_version=run.version, owner="test-worker")
+    assert outcome == "lease_lost"
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLING
+    assert list(ExternalOperation.objects.filter(run=run).values_list("target", flat=True)) == [
+        "blog/earlier"
+    ]
+    assert service.stats()["publications"] == 0
+    assert not [r for r in caplog.records if r.getMessage() == "step raised"]

@@ -1,7 +1,10 @@
-"""Concurrent reservation of one idempotency key on PostgreSQL: exactly one insert wins.
+"""Concurrent reservations on PostgreSQL: exactly one insert of a key wins, and a cancel
+in progress cannot be slipped past.
 
-The first reservation is held uncommitted until the second one is blocked on the unique
-index (seen in pg_stat_activity), so the race takes the IntegrityError path every time.
+The first transaction is held uncommitted until the second one is blocked (seen in
+pg_stat_activity): two reservations of one run meet at the run's row lock, two of different
+runs at the key's unique index (the IntegrityError path), and a reservation racing a cancel
+waits for the cancel's row lock and then sees the run cancelling.
 """
 
 from __future__ import annotations
@@ -11,20 +14,22 @@ import threading
 import pytest
 from django.db import connection, connections, transaction
 
-from checkpoints.errors import IdempotencyKeyReused
-from checkpoints.models import ExternalOperation
+from checkpoints.errors import IdempotencyKeyReused, RunNotActive
+from checkpoints.models import ExternalOperation, RunStatus
+from checkpoints.services.cancel import run_cancel
 from checkpoints.services.operations import operation_reserve
+from checkpoints.services.runs import run_create
 from tenants.models import AuditEvent
 from tenants.services import Actor
 
 pytestmark = pytest.mark.postgres
 
 
-def _reserve(run, name: str, fingerprint: str):  # noqa: ANN001, ANN202
+def _reserve(run, name: str, fingerprint: str, key: str = "race-key"):  # noqa: ANN001, ANN202
     return operation_reserve(
         tenant=run.tenant,
         run_id=run.id,
-        idempotency_key="race-key",
+        idempotency_key=key,
         action="publish",
         target="blog/why",
         request_fingerprint=fingerprint,
@@ -41,14 +46,17 @@ def _blocked_on_a_lock() -> bool:
         return cursor.fetchone()[0] >= 1
 
 
-def _race(run, second_fingerprint: str) -> dict:  # noqa: ANN001
+def _race(run, second_fingerprint: str, *, first_call=None, second_run=None) -> dict:  # noqa: ANN001
+    """Run ``first_call`` (a reservation of "race-key" by default) in a transaction held open
+    until a reservation of "race-key" for ``second_run`` (default ``run``) waits for it."""
     outcome: dict = {}
     holding, release = threading.Event(), threading.Event()
+    first_call = first_call or (lambda: _reserve(run, "worker-a", "f" * 64))
 
     def first() -> None:
         try:
             with transaction.atomic():
-                outcome["first"] = _reserve(run, "worker-a", "f" * 64)
+                outcome["first"] = first_call()
                 holding.set()
                 assert release.wait(30), "the second reservation never blocked"
         finally:
@@ -56,8 +64,8 @@ def _race(run, second_fingerprint: str) -> dict:  # noqa: ANN001
 
     def second() -> None:
         try:
-            outcome["second"] = _reserve(run, "worker-b", second_fingerprint)
-        except IdempotencyKeyReused as exc:
+            outcome["second"] = _reserve(second_run or run, "worker-b", second_fingerprint)
+        except (IdempotencyKeyReused, RunNotActive) as exc:
             outcome["second"] = exc
         finally:
             connections.close_all()
@@ -72,7 +80,7 @@ def _race(run, second_fingerprint: str) -> dict:  # noqa: ANN001
             break
         threading.Event().wait(0.01)
     else:
-        raise AssertionError("the second reservation did not wait on the first one's row")
+        raise AssertionError("the second reservation did not wait for the first transaction")
     release.set()
     a.join(30)
     b.join(30)
@@ -99,3 +107,40 @@ def test_a_concurrent_reservation_for_another_request_is_refused(
     assert isinstance(outcome["second"], IdempotencyKeyReused)
     stored = ExternalOperation.objects.get(idempotency_key="race-key")
     assert stored.request_fingerprint == "f" * 64
+
+
+def test_a_reservation_for_another_run_meets_the_first_at_the_unique_key(
+    postgres_only,  # noqa: ANN001
+    run,  # noqa: ANN001
+    bob,  # noqa: ANN001
+):
+    other = run_create(
+        tenant=run.tenant,
+        workflow_type="research",
+        inputs={"question": "another"},
+        execution="external",
+        actor=Actor(user=bob),
+    )
+    outcome = _race(run, "f" * 64, second_run=other)
+    assert isinstance(outcome["second"], IdempotencyKeyReused)
+    assert "already used for another operation" in outcome["second"].detail
+    assert ExternalOperation.objects.get(idempotency_key="race-key").run_id == run.id
+
+
+def test_a_reservation_racing_a_cancel_waits_for_it_and_is_refused(
+    postgres_only,  # noqa: ANN001
+    run,  # noqa: ANN001
+    bob,  # noqa: ANN001
+):
+    _reserve(run, "worker-a", "e" * 64, key="in-flight")  # open: the cancel must wait for it
+
+    def cancel():  # noqa: ANN202
+        return run_cancel(
+            tenant=run.tenant, run_id=run.id, reason="stop", actor=Actor(user=bob), settle=False
+        )
+
+    outcome = _race(run, "f" * 64, first_call=cancel)
+    assert outcome["first"].status == RunStatus.CANCELLING
+    assert isinstance(outcome["second"], RunNotActive)
+    assert "being cancelled" in outcome["second"].detail
+    assert not ExternalOperation.objects.filter(idempotency_key="race-key").exists()

@@ -133,6 +133,22 @@ def test_it_reserves_nothing_for_a_finished_run(run):
         reserve(run)
 
 
+def test_it_reserves_nothing_for_a_run_being_cancelled_but_answers_an_earlier_key(run, bob):
+    from checkpoints.services.cancel import run_cancel
+
+    earlier, _ = reserve(run, key="earlier")
+    cancelling = run_cancel(
+        tenant=run.tenant, run_id=run.id, reason="stop", actor=Actor(user=bob), settle=False
+    )
+    assert cancelling.status == RunStatus.CANCELLING
+    with pytest.raises(RunNotActive) as refused:
+        reserve(run, key="later")
+    assert refused.value.detail == "The run is being cancelled; it reserves no new operations."
+    assert not ExternalOperation.objects.filter(idempotency_key="later").exists()
+    again, created = reserve(run, key="earlier")  # a retried reservation is still answered
+    assert (again.pk, created) == (earlier.pk, False)
+
+
 def test_a_confirmed_result_is_sealed_to_its_row(run):
     operation, _ = reserve(run)
     operation_mark_pending(operation_id=operation.id, actor=WORKER)
@@ -249,6 +265,24 @@ def test_an_operator_records_the_outcome_of_an_ambiguous_operation_with_a_reason
             reason="changed my mind",
             actor=operator,
         )
+
+
+@pytest.mark.parametrize("outcome", ["failed", "confirmed"])
+def test_an_operator_records_the_outcome_of_a_reserved_operation(run, bob, outcome: str):
+    reserve(run)
+    settled = operation_record_outcome(
+        tenant=run.tenant,
+        run_id=run.id,
+        idempotency_key="k-1",
+        outcome=outcome,
+        provider_operation_id="pub_3" if outcome == "confirmed" else "",
+        reason="the provider's log shows what happened to k-1",
+        actor=Actor(user=bob),
+    )
+    assert settled.status == outcome
+    event = AuditEvent.objects.get(action="operation.outcome_recorded")
+    assert event.actor == bob
+    assert (event.details["from"], event.details["to"]) == ("reserved", outcome)
 
 
 def test_stalled_operations_are_those_pending_longer_than_the_threshold(run, settings):

@@ -36,6 +36,7 @@ from checkpoints.errors import (
     SecretInEnvelope,
 )
 from checkpoints.models import ExternalOperation, OperationStatus, Run, RunStatus
+from checkpoints.services.actions import locked_run
 from checkpoints.services.cancel import run_cancel_complete
 from checkpoints.services.checkpoints import run_get
 from tenants.models import Tenant
@@ -154,9 +155,13 @@ def operation_reserve(
     """Reserve ``idempotency_key`` for one request of ``run_id``; return (operation, created).
 
     The same key with the same action, target and fingerprint answers with the existing
-    record (created False), whatever its status. Two concurrent reservations of one key: the
-    unique constraint lets exactly one insert win; the other reads the winner's row. Atomic
-    with its audit event. ``request`` is stored sealed, never in clear.
+    record (created False), whatever its status and the run's. A new key is refused once the
+    run has ended or is being cancelled; that check and the insert are one transaction under
+    the run's row lock, so a cancel cannot slip in between (it waits, and then sees the
+    operation and waits for it to be settled; or this waits, and then sees ``cancelling``).
+    Two concurrent reservations of one key: the unique constraint lets exactly one insert
+    win; the other reads the winner's row. Atomic with its audit event. ``request`` is
+    stored sealed, never in clear.
 
     Raises NotFound, RunNotActive, InvalidRequest, SecretInEnvelope (a credential in the
     request) or IdempotencyKeyReused (the key belongs to another request or run).
@@ -174,40 +179,44 @@ def operation_reserve(
             "step and provider are at most 100 characters, client_reference at most 200."
         )
     _check_no_secret(request, "request")
-    run = run_get(tenant=tenant, run_id=run_id)
-    facts = {"tenant": tenant, "run": run, "action": action, "target": target}
-    existing = ExternalOperation.objects.filter(idempotency_key=idempotency_key).first()
-    if existing is not None:
-        return _same_request(existing, fp=request_fingerprint, **facts), False
-    if run.is_terminal:
-        raise RunNotActive(f"The run is {run.status}; it reserves no new operations.")
-    operation = ExternalOperation(
-        id=uuid.uuid4(),
-        tenant=tenant,
-        run=run,
-        step=step,
-        idempotency_key=idempotency_key,
-        action=action,
-        target=target,
-        request_fingerprint=request_fingerprint,
-        provider=provider,
-        client_reference=client_reference,
-        status=OperationStatus.RESERVED,
-    )
-    if request is not None:
-        operation.request_sealed = crypto.seal(
-            canonical_json(request), **_scope(operation, REQUEST_FIELD)
+    with transaction.atomic():
+        run = locked_run(tenant=tenant, run_id=run_id)
+        facts = {"tenant": tenant, "run": run, "action": action, "target": target}
+        existing = ExternalOperation.objects.filter(idempotency_key=idempotency_key).first()
+        if existing is not None:
+            return _same_request(existing, fp=request_fingerprint, **facts), False
+        if run.is_terminal:
+            raise RunNotActive(f"The run is {run.status}; it reserves no new operations.")
+        if run.status == RunStatus.CANCELLING:
+            raise RunNotActive("The run is being cancelled; it reserves no new operations.")
+        operation = ExternalOperation(
+            id=uuid.uuid4(),
+            tenant=tenant,
+            run=run,
+            step=step,
+            idempotency_key=idempotency_key,
+            action=action,
+            target=target,
+            request_fingerprint=request_fingerprint,
+            provider=provider,
+            client_reference=client_reference,
+            status=OperationStatus.RESERVED,
         )
-    try:
-        with transaction.atomic():
-            operation.save(force_insert=True)
-            _audit(operation, actor, "operation.reserved", from_status="")
-    except IntegrityError:
-        # A concurrent reservation of the same key committed first: answer with its row.
-        winner = ExternalOperation.objects.filter(idempotency_key=idempotency_key).first()
-        if winner is None:
-            raise
-        return _same_request(winner, fp=request_fingerprint, **facts), False
+        if request is not None:
+            operation.request_sealed = crypto.seal(
+                canonical_json(request), **_scope(operation, REQUEST_FIELD)
+            )
+        try:
+            with transaction.atomic():  # a savepoint: the race below is answered, not raised
+                operation.save(force_insert=True)
+                _audit(operation, actor, "operation.reserved", from_status="")
+        except IntegrityError:
+            # A concurrent reservation of the same key (for another run: one of this run
+            # waits for the row lock) committed first: answer with its row.
+            winner = ExternalOperation.objects.filter(idempotency_key=idempotency_key).first()
+            if winner is None:
+                raise
+            return _same_request(winner, fp=request_fingerprint, **facts), False
     return operation, True
 
 
@@ -489,11 +498,14 @@ def operation_record_outcome(
     provider_operation_id: str = "",
     result: Any = None,
 ) -> ExternalOperation:
-    """An operator settles an ambiguous (unknown or pending) operation: ``outcome`` is
-    "confirmed" (with the provider id they found) or "failed". The reason is required and
-    audited as ``operation.outcome_recorded``. Atomic.
+    """An operator settles an operation whose outcome Cairn does not know: ``outcome`` is
+    "confirmed" (with the provider id they found) or "failed". Unknown and pending ones are
+    ambiguous; a reserved one may not have been sent, or may have been by an API caller that
+    marks nothing pending (and a cancelling run waits for it, whether or not its provider
+    can be asked). The reason is required and audited as ``operation.outcome_recorded``
+    (with the status it was recorded from). Atomic.
 
-    Raises NotFound, InvalidRequest or OperationStateConflict (the operation is not open).
+    Raises NotFound, InvalidRequest or OperationStateConflict (the outcome is already known).
     """
     if not isinstance(reason, str) or not reason.strip():
         raise InvalidRequest("Say how the outcome was established.", fields={"reason": "required"})
@@ -502,10 +514,10 @@ def operation_record_outcome(
             "The outcome is 'confirmed' or 'failed'.", fields={"outcome": "confirmed|failed"}
         )
     operation = operation_get(tenant=tenant, run_id=run_id, idempotency_key=idempotency_key)
-    if operation.status not in OPEN_STATUSES:
+    if operation.status in FINAL_STATUSES:
         raise OperationStateConflict(
-            f"Operation '{idempotency_key}' is {operation.status}; only a pending or unknown "
-            "operation needs its outcome recorded."
+            f"Operation '{idempotency_key}' is {operation.status}; only a reserved, pending or "
+            "unknown operation needs its outcome recorded."
         )
     with transaction.atomic():
         if outcome == OperationStatus.CONFIRMED:
