@@ -192,10 +192,6 @@ class LeaseInSerializer(StrictSerializer):
     expected_version = serializers.IntegerField(min_value=1)
 
 
-class LeaseReleaseSerializer(StrictSerializer):
-    owner = serializers.CharField(max_length=200)
-
-
 class LeaseSerializer(serializers.Serializer):
     run_id = serializers.UUIDField()
     owner = serializers.CharField()

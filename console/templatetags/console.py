@@ -46,14 +46,6 @@ def short_sha(value: str | None, length: int = 12) -> str:
 
 
 @register.filter
-def percent_of(used: float | int | None, limit: float | int | None) -> int:
-    """0–100 for a bar; an unlimited or zero limit shows as empty."""
-    if not limit or used is None:
-        return 0
-    return max(0, min(100, round(100 * float(used) / float(limit))))
-
-
-@register.filter
 def stamp(value: datetime | None) -> SafeString | str:
     """A <time> element in UTC. Much cheaper than ``|date`` twice, which matters at 50
     rows a page and a refresh every few seconds."""

@@ -1,4 +1,4 @@
-"""Sign-in landing, tenant switching and the placeholder pages of later issues."""
+"""Sign-in landing and tenant switching."""
 
 from __future__ import annotations
 
@@ -37,8 +37,3 @@ def tenant_switch(request: HttpRequest) -> HttpResponse:
     request.session[SESSION_TENANT_KEY] = str(tenant.pk)
     # Pages of the old tenant (a run, a checkpoint) do not exist in the new one: start over.
     return redirect("console:home")
-
-
-@console_view(roles.ADMIN)
-def retention(request: HttpRequest) -> HttpResponse:
-    return render(request, "console/placeholder.html", {"title": "Retention", "issue": "retention"})
