@@ -20,7 +20,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from checkpoints.errors import CairnError, ConcurrentCheckpointWrite, NotFound
 from checkpoints.models import ExternalOperation, Run, RunStatus
-from checkpoints.services.checkpoints import run_get
+from console import run_reads
 from console.access import ConsoleAccess, console_view
 from console.action_specs import ACTIONS, Spec, outcome_spec
 from tenants import roles
@@ -58,13 +58,6 @@ def actions_available(run: Run, operations: list[ExternalOperation]) -> dict[str
 
 
 # --- the flow -------------------------------------------------------------------------------
-def _page_run(access: ConsoleAccess, run_id: UUID) -> Run:
-    try:
-        return run_get(tenant=access.tenant, run_id=run_id)
-    except NotFound:
-        raise Http404("No such run.")
-
-
 def _stale_message(seen: int, run: Run) -> str:
     return (
         f"This run changed since you loaded the page: you saw version {seen}, it is now at "
@@ -135,14 +128,14 @@ def run_action(request: HttpRequest, run_id: UUID, action: str) -> HttpResponse:
     spec = ACTIONS.get(action)
     if spec is None:
         raise Http404("No such action.")
-    run = _page_run(request.console, run_id)
+    run = run_reads.run_for_page(tenant=request.console.tenant, run_id=run_id)
     url = reverse("console:run_action", args=[run.pk, action])
     return _flow(request, run=run, spec=spec, url=url)
 
 
 @console_view(roles.OPERATE)
 def operation_outcome(request: HttpRequest, run_id: UUID, key: str) -> HttpResponse:
-    run = _page_run(request.console, run_id)
+    run = run_reads.run_for_page(tenant=request.console.tenant, run_id=run_id)
     operation = ExternalOperation.objects.filter(
         tenant=request.console.tenant, run=run, idempotency_key=key
     ).first()

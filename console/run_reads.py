@@ -12,8 +12,11 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.utils import timezone
 
+from checkpoints.errors import CairnError
 from checkpoints.models import Artifact, Checkpoint, ExternalOperation, OperationStatus, Run
 from checkpoints.services.budgets import budget_remaining
+from checkpoints.services.checkpoints import checkpoint_read
+from console.access import ConsoleAccess
 from console.selectors import stalled_before
 from tenants.models import AuditEvent, Tenant
 
@@ -37,6 +40,21 @@ def run_for_page(*, tenant: Tenant, run_id: object) -> Run:
         ).get(tenant=tenant, pk=run_id)
     except (Run.DoesNotExist, ValueError):
         raise Http404("No such run in this tenant.")
+
+
+def envelope_for_page(
+    access: ConsoleAccess, *, run_id: object, sequence: int
+) -> tuple[dict[str, Any] | None, str]:
+    """A checkpoint's decrypted envelope for a page, and "" (the read is audited by
+    ``checkpoint_read``); or None and the sentence the page shows instead (it cannot be
+    decrypted, or retention removed it)."""
+    try:
+        _, envelope = checkpoint_read(
+            tenant=access.tenant, run_id=run_id, sequence=sequence, actor=access.actor
+        )
+    except CairnError as exc:
+        return None, exc.detail
+    return envelope, ""
 
 
 def budget_bars(run: Run) -> list[dict[str, Any]]:

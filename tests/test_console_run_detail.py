@@ -12,8 +12,10 @@ from django.urls import reverse
 
 from checkpoints.models import Artifact, Checkpoint, Run
 from checkpoints.services.checkpoints import checkpoint_commit
+from console.access import ConsoleAccess
+from console.run_reads import envelope_for_page
 from tenants.models import AuditEvent
-from tenants.services import Actor
+from tenants.services import Actor, permissions_of
 from tests.console_data import DRAFT_TEXT, plain_run, story_run
 
 
@@ -292,3 +294,14 @@ def test_the_checkpoint_page_query_count_is_bounded_by_the_chain_not_the_content
 ):
     url = reverse("console:checkpoint_detail", args=[story.pk, 3])
     assert _count(bob, url) == _count(bob, url)
+
+
+def test_a_page_reads_an_envelope_audited_or_says_why_it_cannot(acme, bob, story):  # noqa: ANN001
+    access = ConsoleAccess(
+        tenant=acme, permissions=permissions_of(user=bob, tenant=acme), actor=Actor(user=bob)
+    )
+    envelope, error = envelope_for_page(access, run_id=story.pk, sequence=1)
+    assert (envelope["identity"]["sequence"], error) == (1, "")
+    assert AuditEvent.objects.filter(action="checkpoint.read", target="checkpoint 1").exists()
+    missing, error = envelope_for_page(access, run_id=story.pk, sequence=999)
+    assert (missing, error) == (None, "The run has no checkpoint 999.")

@@ -55,15 +55,9 @@ def checkpoint_detail(request: HttpRequest, run_id: UUID, sequence: int) -> Http
         if parent is None:
             parent_error = "The parent checkpoint no longer exists (removed by retention)."
         else:
-            try:
-                _, parent_envelope = checkpoint_read(
-                    tenant=access.tenant,
-                    run_id=parent.run_id,
-                    sequence=parent.sequence,
-                    actor=access.actor,
-                )
-            except CairnError as exc:
-                parent_error = exc.detail
+            parent_envelope, parent_error = run_reads.envelope_for_page(
+                access, run_id=parent.run_id, sequence=parent.sequence
+            )
     groups = envelope_groups(envelope, parent_envelope)
     context = {
         "run": run,

@@ -10,7 +10,6 @@ from django.urls import reverse
 
 from checkpoints.errors import CairnError
 from checkpoints.services.artifacts import artifact_read
-from checkpoints.services.checkpoints import checkpoint_read
 from console import run_reads
 from console.access import console_view
 from console.machine import machine_drawing
@@ -38,19 +37,12 @@ def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
     access = request.console
     run = run_reads.run_for_page(tenant=access.tenant, run_id=run_id)
     definition = run.workflow.definition
-    envelope, envelope_error = {}, ""
+    envelope, envelope_error = None, ""
     if run.checkpoint_sequence:
-        try:
-            # Decrypting the latest envelope is a read of customer data: it is audited.
-            _, envelope = checkpoint_read(
-                tenant=access.tenant,
-                run_id=run.pk,
-                sequence=run.checkpoint_sequence,
-                actor=access.actor,
-            )
-        except CairnError as exc:
-            envelope_error = exc.detail
-    evidence = envelope.get("evidence") or {}
+        envelope, envelope_error = run_reads.envelope_for_page(
+            access, run_id=run.pk, sequence=run.checkpoint_sequence
+        )
+    evidence = (envelope or {}).get("evidence") or {}
     approvals_for_run = run_reads.optional_selector("approvals.selectors", "approvals_for_run")
     context = {
         **_snapshot_context(run),
