@@ -8,7 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoints.models import ExternalOperation, OperationStatus, Run, RunStatus
-from checkpoints.services.actions import grant_refusal_while_leased, run_grant_budget, run_resume
+from checkpoints.services.actions import (
+    GRANT_KEYS,
+    grant_refusal_while_leased,
+    run_grant_budget,
+    run_resume,
+)
 from checkpoints.services.budgets import budget_exhausted
 from checkpoints.services.cancel import cancel_blocking_operations, run_cancel
 from checkpoints.services.forks import run_fork, run_fork_preview
@@ -111,9 +116,8 @@ def _fork_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
 
 
 def _grant_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
-    names = {"attempts": "max_attempts", "tokens": "max_tokens", "cost": "max_cost"}
     lines = []
-    for name, key in names.items():
+    for name, key in GRANT_KEYS.items():
         if data.get(name) is not None:
             current = run.budget_limits.get(key)
             after = "—" if current is None else f"{current + data[name]:g}"
