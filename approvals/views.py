@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -27,8 +28,6 @@ from checkpoints.services.artifacts import artifact_read
 from console.access import console_view
 from tenants import roles
 
-QUEUE_REFRESH_SECONDS = 15
-STATUS_REFRESH_SECONDS = 5
 QUEUE_LIMIT = 200
 
 
@@ -53,7 +52,11 @@ def inbox(request: HttpRequest) -> HttpResponse:
     rows = list(review_queue(tenant=request.console.tenant, user=request.user)[:QUEUE_LIMIT])
     for row in rows:
         row.time_left = time_left((row.expires_at - now).total_seconds())
-    context = {"rows": rows, "refresh_seconds": QUEUE_REFRESH_SECONDS, "limit": QUEUE_LIMIT}
+    context = {
+        "rows": rows,
+        "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
+        "limit": QUEUE_LIMIT,
+    }
     template = "approvals/inbox.html#queue" if request.htmx else "approvals/inbox.html"
     return render(request, template, context)
 
@@ -133,7 +136,7 @@ def _review_context(
         "time_left": time_left((row.expires_at - now).total_seconds()),
         "expired": expired,
         "why_not": _why_not(row, request.user, expired),
-        "refresh_seconds": STATUS_REFRESH_SECONDS,
+        "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
         **_content_context(request, row),
     }
     # The form always carries the hash of the bytes rendered on this very page.
@@ -161,7 +164,7 @@ def status(request: HttpRequest, approval_id: object) -> HttpResponse:
         "time_left": time_left((row.expires_at - now).total_seconds()),
         "expired": expired,
         "why_not": _why_not(row, request.user, expired),
-        "refresh_seconds": STATUS_REFRESH_SECONDS,
+        "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
     }
     return render(request, "approvals/review.html#status", context)
 

@@ -20,6 +20,8 @@ from cairn.settings import CAIRN_HOME, DATABASES  # noqa: E402
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Commit latency samples are written at once, so no buffered sample outlives its test.
 CAIRN_METRICS_FLUSH_SECONDS = 0
+# Console pages poll every second, so a browser test sees a change well inside its wait.
+CAIRN_CONSOLE_REFRESH_SECONDS = 1
 # A file, not :memory:, so threads and worker processes share the test database.
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"]["TEST"] = {"NAME": str(CAIRN_HOME / "test.sqlite3")}

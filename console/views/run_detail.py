@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -15,7 +16,6 @@ from console.access import console_view
 from console.machine import machine_drawing
 from tenants import roles
 
-SNAPSHOT_REFRESH_SECONDS = 5
 VIEWER_MAX_BYTES = 256 * 1024
 TEXT_MEDIA = ("text/", "application/json", "application/xml", "application/x-ndjson")
 
@@ -27,7 +27,7 @@ def _snapshot_context(run, seen_version: int | None = None) -> dict:  # noqa: AN
     return {
         "run": run,
         "budgets": run_reads.budget_bars(run),
-        "refresh_seconds": SNAPSHOT_REFRESH_SECONDS,
+        "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
         "seen_version": run.version if seen_version is None else seen_version,
     }
 

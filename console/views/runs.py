@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
@@ -20,7 +21,6 @@ from console.selectors import (
 from tenants import roles
 
 PAGE_SIZE = 50
-REFRESH_SECONDS = 5
 MAX_REFRESH_IDS = 200
 
 
@@ -56,7 +56,7 @@ def runs(request: HttpRequest) -> HttpResponse:
         "status_choices": [(status, label, None) for status, label in RunStatus.choices],
         "current_status": filters.get("status") or "",
         "sort_headers": _sort_headers(filters["sort"]),
-        "refresh_seconds": REFRESH_SECONDS,
+        "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
     }
     return render(request, "console/runs.html", context)
 
@@ -98,5 +98,5 @@ def run_rows(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "console/runs.html#rows",
-        {"rows": rows, "refresh_seconds": REFRESH_SECONDS},
+        {"rows": rows, "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS},
     )
