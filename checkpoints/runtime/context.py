@@ -219,7 +219,7 @@ class StepContext:
         # version moves.
         keeper.stop_renewing()
         try:
-            used = keeper.flush_elapsed()
+            used = keeper.usage_now()
             with transaction.atomic():
                 if with_commit is not None:
                     with_commit()
@@ -239,7 +239,7 @@ class StepContext:
                     code_version=self._code_version,
                     is_evidence=True,
                 )
-            keeper.version = result.run_version
+            keeper.committed(version=result.run_version, used=used)
             self.side_effects[:] = copy.deepcopy(side_effects)
         except (ConcurrentCheckpointWrite, LeaseHeld, RunNotActive) as exc:
             raise LeaseLost(exc.detail)

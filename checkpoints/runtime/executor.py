@@ -155,9 +155,9 @@ class _Advance:
         self.actor = Actor.system(f"worker {keeper.owner}")
 
     def work(self) -> str:
-        for index in range(settings.CAIRN_STEPS_PER_TASK):
-            if index:
-                self.keeper.renew()
+        # The lease is renewed by each step's attempt charge (and in the background during a
+        # long step), so the loop itself writes nothing before a step.
+        for _ in range(settings.CAIRN_STEPS_PER_TASK):
             run = self.run = Run.objects.select_related("workflow", "tenant").get(pk=self.run.pk)
             if run.version != self.keeper.version or run.status not in WORKABLE:
                 raise LeaseLost("the run changed while this worker held its lease")
@@ -201,7 +201,7 @@ class _Advance:
     def execute(self, spec: StepSpec, restored: Restored) -> str:
         keeper = self.keeper
         used = keeper.charge(attempts_used=1)  # spent before the step runs: see module doc
-        keeper.restart_clock()
+        keeper.restart_clock()  # the step's own time is charged by its checkpoint
         ctx = StepContext(
             run=self.run,
             spec=spec,
@@ -234,16 +234,20 @@ class _Advance:
             failure = ("retry", f"{type(exc).__name__}: {exc}", None)
         finally:
             keeper.stop_renewing()
-        used = keeper.flush_elapsed()
         if failure is not None:
-            return self.step_failed(spec, restored, used, *failure, side_effects=ctx.side_effects)
+            return self.step_failed(
+                spec, restored, keeper.usage_now(), *failure, side_effects=ctx.side_effects
+            )
         try:
             target, output = _interpret(spec, returned)
         except PermanentStepError as exc:
+            keeper.flush_elapsed()  # no checkpoint records this step's time
             return self.pause(exc.reason)
         evidence = ctx.evidence
         evidence["outputs"][spec.name] = output
-        groups = self.groups(restored, evidence=evidence, used=used, side_effects=ctx.side_effects)
+        groups = self.groups(
+            restored, evidence=evidence, used=keeper.usage_now(), side_effects=ctx.side_effects
+        )
         return self.commit(state=target, step=spec.name, groups=groups)
 
     def step_failed(
@@ -381,25 +385,23 @@ class _Advance:
         except (ConcurrentCheckpointWrite, LeaseHeld, RunNotActive) as exc:
             raise LeaseLost(exc.detail)
         except (IllegalTransition, ArtifactHashMismatch, CairnError) as exc:
+            self.keeper.flush_elapsed()  # the refused checkpoint did not record the time
             fields = f" ({json.dumps(exc.fields)[:500]})" if exc.fields else ""
             return self.pause(
                 f"the checkpoint for {step or state} was refused: {exc.detail}{fields}"
             )
-        self.keeper.version = result.run_version
-        self.run.refresh_from_db(fields=["status", "state", "version"])
+        self.keeper.committed(version=result.run_version, used=groups["budgets"])
         log.info(
             "step committed",
             extra={"run": str(self.run.pk), "step": step, "sequence": result.sequence},
         )
-        if self.run.status == RunStatus.RUNNING:
-            return "continue"
-        if self.run.status == RunStatus.WAITING_APPROVAL:
-            return "continue"  # the approval gate decides on the next turn
+        if result.status in (RunStatus.RUNNING, RunStatus.WAITING_APPROVAL):
+            return "continue"  # at an approval state, the gate decides on the next turn
         return {
             RunStatus.SUCCEEDED: "succeeded",
             RunStatus.FAILED: "failed",
             RunStatus.WAITING_RETRY: "waiting_retry",
-        }.get(self.run.status, str(self.run.status))
+        }.get(result.status, str(result.status))
 
     def pause(self, reason: str) -> str:
         self.keeper.stop_renewing()

@@ -3,6 +3,9 @@
 Usage (attempts, tokens, cost, elapsed seconds) is written to ``Run.budget_used`` as it is
 spent, guarded by the lease owner and run version, so a crash never forgets it: the next
 checkpoint's budgets start from that high-water mark (the commit refuses to lower it).
+The wall-clock time of a step is the exception: it is written by the step's own checkpoint
+(``usage_now``), or charged on its own when no checkpoint follows (``flush_elapsed``), so a
+step costs one write transaction besides its commit.
 """
 
 from __future__ import annotations
@@ -10,14 +13,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 from django.db import connection, transaction
+from django.utils import timezone
 
-from checkpoints.errors import CairnError
-from checkpoints.models import Run
+from checkpoints.models import ACTIVE_STATUSES, Run
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS
-from checkpoints.services.leases import lease_acquire, lease_release
+from checkpoints.services.leases import lease_release
 
 from .errors import LeaseLost
 
@@ -49,41 +53,45 @@ class LeaseKeeper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.RLock()
-        self._elapsed_since_flush = 0.0
         self._mark = time.monotonic()
+        self._used = used_merge(run.budget_used)  # as last written under this lease
 
     def _guard(self):  # noqa: ANN202
-        return Run.objects.filter(pk=self.run_id, version=self.version, lease_owner=self.owner)
+        # Holding the lease means: this owner, at this version, on a run still active. An
+        # expired lease nobody took over is still this worker's, as for lease_acquire.
+        return Run.objects.filter(
+            pk=self.run_id,
+            version=self.version,
+            lease_owner=self.owner,
+            status__in=ACTIVE_STATUSES,
+        )
+
+    def _expiry(self):  # noqa: ANN202
+        return timezone.now() + timedelta(seconds=self.ttl_seconds)
 
     def renew(self) -> None:
-        """Extend the lease. Raises LeaseLost when it is no longer this worker's."""
-        try:
-            lease_acquire(
-                tenant=self.tenant,
-                run_id=self.run_id,
-                owner=self.owner,
-                ttl_seconds=self.ttl_seconds,
-                expected_version=self.version,
-            )
-        except CairnError as exc:
+        """Extend the lease (one conditional UPDATE). Raises LeaseLost when it is no longer
+        this worker's, or the run moved on or ended."""
+        if not self._guard().update(lease_expires_at=self._expiry()):
             self.lost = True
-            raise LeaseLost(exc.detail)
+            raise LeaseLost("the run's lease or version changed, or the run ended")
 
     def charge(self, **deltas: float) -> dict[str, Any]:
-        """Add usage to the run (one transaction, only while this worker holds the lease).
-        Returns the run's usage afterwards. Raises LeaseLost."""
+        """Add usage to the run and renew the lease (one transaction, only while this worker
+        holds the lease). Returns the run's usage afterwards. Raises LeaseLost."""
         with self._lock, transaction.atomic():
             row = self._guard().select_for_update().values_list("budget_used", flat=True).first()
             if row is None:
                 self.lost = True
-                raise LeaseLost("the run's lease or version changed")
+                raise LeaseLost("the run's lease or version changed, or the run ended")
             used = used_merge(row)
             for key, delta in deltas.items():
                 used[key] = (
                     round(used[key] + delta, 6) if isinstance(delta, float) else (used[key] + delta)
                 )
-            self._guard().update(budget_used=used)
-            return used
+            self._guard().update(budget_used=used, lease_expires_at=self._expiry())
+            self._used = used
+            return dict(used)
 
     def flush_elapsed(self) -> dict[str, Any]:
         """Charge the wall-clock time since the last flush. Raises LeaseLost."""
@@ -91,6 +99,23 @@ class LeaseKeeper:
             now = time.monotonic()
             elapsed, self._mark = now - self._mark, now
             return self.charge(elapsed_seconds=round(elapsed, 3))
+
+    def usage_now(self) -> dict[str, Any]:
+        """The usage for the checkpoint about to be committed: what was charged, plus the
+        wall-clock time since the last flush. Writes nothing; call ``committed`` once the
+        checkpoint is in (until then a ``flush_elapsed`` still charges that time)."""
+        with self._lock:
+            used = dict(self._used)
+            elapsed = time.monotonic() - self._mark
+            used["elapsed_seconds"] = round(used["elapsed_seconds"] + elapsed, 3)
+            return used
+
+    def committed(self, *, version: int, used: dict[str, Any]) -> None:
+        """A checkpoint at ``version`` recorded ``used``: the run's usage now."""
+        with self._lock:
+            self.version = version
+            self._used = used_merge(used)
+            self._mark = time.monotonic()
 
     def restart_clock(self) -> None:
         self._mark = time.monotonic()

@@ -78,6 +78,7 @@ class CommitResult:
     sha256: str
     parent_sha256: str
     run_version: int
+    status: str  # the run's status after the commit
 
 
 def run_get(*, tenant: Tenant, run_id: UUID | str) -> Run:
@@ -405,6 +406,7 @@ def checkpoint_commit(
         sha256=digest,
         parent_sha256=full["identity"]["parent_sha256"],
         run_version=expected_version + 1,
+        status=new_status,
     )
 
 
