@@ -17,6 +17,8 @@ from typing import Any
 import jsonschema
 import rfc8785
 
+from checkpoints.errors import InvalidEnvelope
+
 SCHEMA_VERSION = 2
 SERIALIZER_VERSION = "rfc8785-json-1"
 GROUPS = (
@@ -252,19 +254,68 @@ def _integral_floats_as_ints(value: Any) -> Any:
     return value
 
 
+MAX_JSON_DEPTH = 64
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_problem(value: Any, *, where: str = "the value") -> str | None:
+    """Why ``value`` cannot be stored and hashed as Cairn JSON (RFC 8785, I-JSON), in a
+    sentence, or None. Walks without recursion, so hostile nesting cannot exhaust the stack.
+
+    Refused: nesting deeper than MAX_JSON_DEPTH, integers outside ±(2**53 - 1), floats that
+    are not finite, strings or keys with a lone UTF-16 surrogate, and non-JSON types.
+    """
+    stack: list[tuple[Any, int, str]] = [(value, 1, where)]
+    while stack:
+        item, depth, path = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return f"{path} is nested more than {MAX_JSON_DEPTH} levels deep"
+        if item is None or isinstance(item, bool):
+            continue
+        if isinstance(item, str):
+            if _LONE_SURROGATE.search(item):
+                return f"{path} contains a lone UTF-16 surrogate, which is not text"
+        elif isinstance(item, int):
+            if not -_SAFE_INT <= item <= _SAFE_INT:
+                return (
+                    f"{path} is an integer outside ±(2^53 − 1), which JSON cannot carry "
+                    "exactly; send it as a string"
+                )
+        elif isinstance(item, float):
+            if item != item or item in (float("inf"), float("-inf")):
+                return f"{path} is not a finite number"
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    return f"{path} has a key that is not a string"
+                if _LONE_SURROGATE.search(key):
+                    return f"{path} has a key with a lone UTF-16 surrogate, which is not text"
+                label = f"{path}.{key[:40]}" if len(path) < 200 else path
+                stack.append((child, depth + 1, label))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, depth + 1, f"{path}[{i}]") for i, child in enumerate(item))
+        else:
+            return f"{path} is a {type(item).__name__}, not a JSON value"
+    return None
+
+
 def canonical_json(value: Any) -> bytes:
     """RFC 8785 canonical JSON: the bytes every hash in Cairn is computed over.
 
     The C JSON encoder produces exactly the RFC 8785 bytes for the values ``_inspect``
-    admits; anything else goes through the reference implementation (``rfc8785``), which
-    also raises for what RFC 8785 cannot represent. A property test holds the two equal.
+    admits; anything else goes through the reference implementation (``rfc8785``). A
+    property test holds the two equal. Raises InvalidEnvelope (422) for a value RFC 8785
+    cannot represent, with the sentence of ``json_problem``.
     """
     try:
         if _inspect(value):
             value = _integral_floats_as_ints(value)
         text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
         return text.encode("utf-8")
-    except (_SlowPath, UnicodeEncodeError):
+    except (_SlowPath, UnicodeEncodeError, RecursionError):
+        problem = json_problem(value)
+        if problem:
+            raise InvalidEnvelope(f"Not storable as JSON: {problem}.", fields={"": problem})
         return rfc8785.dumps(value)
 
 

@@ -9,8 +9,10 @@ from typing import Any
 
 from django import forms
 
+from checkpoints.envelope import json_problem
 from checkpoints.models import Checkpoint, Run
 from checkpoints.services.actions import MAX_REASON
+from checkpoints.services.budgets import BUDGET_LIMIT_MAX
 from checkpoints.services.retry import retry_choices
 
 # The fork form offers this many of the newest checkpoints (the API accepts any).
@@ -96,14 +98,26 @@ class ForkForm(ActionForm):
             raise forms.ValidationError(f"This is not JSON: {exc.msg} (line {exc.lineno}).")
         if not isinstance(value, dict):
             raise forms.ValidationError('The patch must be a JSON object, like {"lang": "de"}.')
+        problem = json_problem(value, where="the patch")
+        if problem:
+            raise forms.ValidationError(f"This cannot be stored: {problem}.")
         return value
 
 
 class GrantBudgetForm(ActionForm):
-    attempts = forms.IntegerField(label="More attempts", required=False, min_value=1)
-    tokens = forms.IntegerField(label="More tokens", required=False, min_value=1)
+    attempts = forms.IntegerField(
+        label="More attempts", required=False, min_value=1, max_value=BUDGET_LIMIT_MAX
+    )
+    tokens = forms.IntegerField(
+        label="More tokens", required=False, min_value=1, max_value=BUDGET_LIMIT_MAX
+    )
     cost = forms.DecimalField(
-        label="More cost", required=False, min_value=0, decimal_places=6, max_digits=18
+        label="More cost",
+        required=False,
+        min_value=0,
+        max_value=BUDGET_LIMIT_MAX,
+        decimal_places=6,
+        max_digits=22,
     )
     deadline = forms.DateTimeField(
         label="New deadline (UTC)",

@@ -155,6 +155,11 @@ def test_fork_refuses_a_patch_that_is_not_a_json_object(console, wrun):
     assert "must be a JSON object" in html
     html = post(console, wrun, "fork", from_sequence=1, inputs_patch="{nope").content.decode()
     assert "This is not JSON" in html
+    html = post(
+        console, wrun, "fork", from_sequence=1, inputs_patch=f'{{"n": {2**60}}}'
+    ).content.decode()
+    assert "This cannot be stored: the patch.n is an integer outside" in html
+    assert Run.objects.filter(forked_from_run=wrun).count() == 0
 
 
 def test_grant_budget_shows_the_limits_before_and_after(console, acme, bob):

@@ -65,6 +65,17 @@ def start_step(ctx):  # noqa: ANN001, ANN201
 wayward.terminal("left", "right", "done")
 
 
+inexact = Workflow("inexact", version="1")
+
+
+@inexact.step("count", next="done")
+def count(ctx):  # noqa: ANN001, ANN201
+    return {"grains_of_sand": 2**70}
+
+
+inexact.terminal("done")
+
+
 @pytest.fixture(autouse=True)
 def _reset_calls() -> None:
     calls.clear()
@@ -233,6 +244,16 @@ def test_a_step_choosing_an_undeclared_state_pauses_the_run_for_review(acme):
     run.refresh_from_db()
     assert run.status == RunStatus.PAUSED_FOR_REVIEW
     assert "chose 'done', which it does not declare" in run.status_reason
+    assert run.checkpoint_sequence == 1
+
+
+def test_a_step_output_json_cannot_carry_exactly_pauses_the_run_with_the_reason(acme):
+    run = start(acme, "inexact")
+    assert advance(run) == "paused"
+    run.refresh_from_db()
+    assert run.status == RunStatus.PAUSED_FOR_REVIEW
+    assert "returned output that is not JSON" in run.status_reason
+    assert "the output.grains_of_sand is an integer outside" in run.status_reason
     assert run.checkpoint_sequence == 1
 
 

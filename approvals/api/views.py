@@ -12,8 +12,9 @@ from approvals.api import serializers as s
 from approvals.models import ApprovalStatus
 from approvals.selectors import approvals_for_run, request_get, requests_for_tenant, review_queue
 from approvals.services import approval_decide, approval_request_create
+from checkpoints.api.pagination import Pagination
 from checkpoints.api.serializers import ErrorSerializer
-from checkpoints.api.views import CairnAPIView, Pagination, _errors
+from checkpoints.api.views import CairnAPIView, _errors
 from checkpoints.errors import InvalidRequest
 from checkpoints.services.artifacts import artifact_read
 from checkpoints.services.checkpoints import run_get
@@ -30,6 +31,7 @@ def _fresh(tenant, request_id, user=None):  # noqa: ANN001, ANN202
 
 class RunApprovalsView(CairnAPIView):
     required_permission = roles.OPERATE
+    pagination_class = Pagination
 
     @extend_schema(
         request=s.ApprovalRequestCreateSerializer,
@@ -56,15 +58,14 @@ class RunApprovalsView(CairnAPIView):
     )
     def get(self, request: Request, run_id: str) -> Response:
         run = run_get(tenant=self.tenant, run_id=run_id)
-        paginator = Pagination()
-        page = paginator.paginate_queryset(
-            approvals_for_run(tenant=self.tenant, run=run), request, view=self
+        return self.page_response(
+            approvals_for_run(tenant=self.tenant, run=run), s.ApprovalRequestSerializer
         )
-        return paginator.get_paginated_response(s.ApprovalRequestSerializer(page, many=True).data)
 
 
 class ApprovalListView(CairnAPIView):
     required_permission = roles.REVIEWERS
+    pagination_class = Pagination
 
     @extend_schema(
         parameters=[
@@ -90,11 +91,10 @@ class ApprovalListView(CairnAPIView):
             rows, paginator = review_queue(tenant=self.tenant, user=request.user), QueuePagination()
         else:
             rows = requests_for_tenant(self.tenant, status=status, user=request.user)
-            paginator = Pagination()
-        page = paginator.paginate_queryset(
-            rows.prefetch_related("decisions__approver"), request, view=self
+            paginator = None
+        return self.page_response(
+            rows.prefetch_related("decisions__approver"), s.ApprovalRequestSerializer, paginator
         )
-        return paginator.get_paginated_response(s.ApprovalRequestSerializer(page, many=True).data)
 
 
 class ApprovalDetailView(CairnAPIView):

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from checkpoints.api.serializers import ErrorSerializer, RunSerializer, StrictSerializer
 from checkpoints.api.views import CairnAPIView, _errors
 from checkpoints.services.actions import MAX_REASON, run_grant_budget, run_resume
+from checkpoints.services.budgets import BUDGET_LIMIT_MAX
 from checkpoints.services.cancel import run_cancel
 from checkpoints.services.forks import run_fork, run_fork_preview
 from checkpoints.services.retry import run_retry
@@ -66,9 +67,9 @@ class ForkInSerializer(StrictSerializer):
 
 
 class GrantBudgetInSerializer(StrictSerializer):
-    attempts = serializers.IntegerField(min_value=1, required=False)
-    tokens = serializers.IntegerField(min_value=1, required=False)
-    cost = serializers.FloatField(min_value=0, required=False)
+    attempts = serializers.IntegerField(min_value=1, max_value=BUDGET_LIMIT_MAX, required=False)
+    tokens = serializers.IntegerField(min_value=1, max_value=BUDGET_LIMIT_MAX, required=False)
+    cost = serializers.FloatField(min_value=0, max_value=BUDGET_LIMIT_MAX, required=False)
     deadline = serializers.DateTimeField(
         required=False, help_text="A later deadline (RFC 3339) replacing the current one."
     )
@@ -167,7 +168,8 @@ class ForkPreviewView(ActionView):
     )
     def get(self, request: Request, run_id: str) -> Response:
         raw = request.query_params.get("from_sequence", "")
-        if not raw.isdigit() or int(raw) < 1:
+        # ASCII digits only: str.isdigit() also admits "²" (which int() refuses) and "٣".
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 18) or int(raw) < 1:
             return Response(
                 {
                     "code": "invalid_request",

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from checkpoints.api.pagination import CreatedFirst
 from checkpoints.api.serializers import StrictSerializer
 from checkpoints.api.views import CairnAPIView, _errors
 from checkpoints.models import ExternalOperation
@@ -70,24 +70,17 @@ class OperationSerializer(serializers.ModelSerializer):
         ]
 
 
-class OldestFirst(CursorPagination):
-    page_size = 50
-    max_page_size = 500
-    page_size_query_param = "limit"
-    ordering = ("created_at", "id")
-
-
 class OperationListView(CairnAPIView):
+    pagination_class = CreatedFirst
+
     @extend_schema(
         responses={200: OperationSerializer(many=True), **_errors(404)},
         summary="The run's external operations, oldest first",
     )
     def get(self, request: Request, run_id: str) -> Response:
-        paginator = OldestFirst()
-        page = paginator.paginate_queryset(
-            operations_for_run(tenant=self.tenant, run_id=run_id), request, view=self
+        return self.page_response(
+            operations_for_run(tenant=self.tenant, run_id=run_id), OperationSerializer
         )
-        return paginator.get_paginated_response(OperationSerializer(page, many=True).data)
 
     @extend_schema(
         request=OperationReserveSerializer,

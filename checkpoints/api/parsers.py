@@ -1,4 +1,5 @@
-"""A JSON parser that refuses bodies over CAIRN_MAX_REQUEST_BYTES before reading them whole."""
+"""A JSON parser that refuses bodies over CAIRN_MAX_REQUEST_BYTES before reading them whole,
+and JSON that Cairn cannot store and hash exactly (``envelope.json_problem``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser
 
+from checkpoints.envelope import json_problem
 from checkpoints.errors import PayloadTooLarge
 
 
@@ -37,6 +39,12 @@ class LimitedJSONParser(BaseParser):
                 declared = None
         data = read_limited(stream, settings.CAIRN_MAX_REQUEST_BYTES, declared)
         try:
-            return json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+            value = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
         except (ValueError, UnicodeDecodeError) as exc:
             raise ParseError(f"The body is not valid JSON: {exc}")
+        except RecursionError:
+            raise ParseError("The body is not valid JSON: it is nested too deeply.")
+        problem = json_problem(value, where="the body")
+        if problem:
+            raise ParseError(f"The body cannot be stored as JSON: {problem}.")
+        return value

@@ -7,7 +7,7 @@ from typing import Any
 from rest_framework import serializers
 
 from checkpoints.models import Artifact, Checkpoint, Execution, Run, WorkflowDefinition
-from checkpoints.services.budgets import budget_remaining
+from checkpoints.services.budgets import BUDGET_LIMIT_MAX, budget_remaining
 
 
 class StrictSerializer(serializers.Serializer):
@@ -60,9 +60,15 @@ class WorkflowSerializer(serializers.ModelSerializer):
 
 # --- runs --------------------------------------------------------------------------------
 class BudgetInSerializer(StrictSerializer):
-    max_attempts = serializers.IntegerField(min_value=1, required=False, allow_null=True)
-    max_tokens = serializers.IntegerField(min_value=1, required=False, allow_null=True)
-    max_cost = serializers.FloatField(min_value=0, required=False, allow_null=True)
+    max_attempts = serializers.IntegerField(
+        min_value=1, max_value=BUDGET_LIMIT_MAX, required=False, allow_null=True
+    )
+    max_tokens = serializers.IntegerField(
+        min_value=1, max_value=BUDGET_LIMIT_MAX, required=False, allow_null=True
+    )
+    max_cost = serializers.FloatField(
+        min_value=0, max_value=BUDGET_LIMIT_MAX, required=False, allow_null=True
+    )
     deadline = serializers.DateTimeField(required=False, allow_null=True)
 
 

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.db.models import QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import NotFound, ValidationError
-from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from checkpoints.api import serializers as s
+from checkpoints.api.pagination import OldestFirst, Pagination
 from checkpoints.api.parsers import read_limited
 from checkpoints.models import Checkpoint, RunStatus
 from checkpoints.selectors import runs_for_tenant
@@ -50,28 +50,19 @@ class CairnAPIView(APIView):
             token_id=token.pk if token else None,
         )
 
+    def page_response(
+        self, queryset: QuerySet, serializer_class: type, paginator: Pagination | None = None
+    ) -> Response:
+        """One page of ``queryset`` by the view's ``pagination_class`` (which the OpenAPI
+        document describes) or ``paginator``."""
+        paginator = paginator or self.pagination_class()
+        page = paginator.paginate_queryset(queryset, self.request, view=self)
+        return paginator.get_paginated_response(serializer_class(page, many=True).data)
+
     def parsed(self, serializer_class: type, data: object = None) -> dict:
         serializer = serializer_class(data=self.request.data if data is None else data)
         serializer.is_valid(raise_exception=True)
         return serializer.validated_data
-
-
-class Pagination(CursorPagination):
-    page_size = 50
-    max_page_size = 500
-    page_size_query_param = "limit"
-    ordering = ("-created_at", "-id")
-
-    def decode_cursor(self, request: Request):  # noqa: ANN201
-        # A malformed cursor is bad input (400), not a missing resource (DRF says 404).
-        try:
-            return super().decode_cursor(request)
-        except NotFound:
-            raise ValidationError({"cursor": "Not a cursor this API issued; follow `next`."})
-
-
-class OldestFirst(Pagination):
-    ordering = ("sequence",)
 
 
 # --- workflows ---------------------------------------------------------------------------
@@ -100,11 +91,7 @@ class WorkflowListView(CairnAPIView):
 
     @extend_schema(responses={200: s.WorkflowSerializer(many=True)}, summary="List workflows")
     def get(self, request: Request) -> Response:
-        paginator = Pagination()
-        page = paginator.paginate_queryset(
-            workflows_visible(tenant=self.tenant), request, view=self
-        )
-        return paginator.get_paginated_response(s.WorkflowSerializer(page, many=True).data)
+        return self.page_response(workflows_visible(tenant=self.tenant), s.WorkflowSerializer)
 
 
 # --- runs --------------------------------------------------------------------------------
@@ -137,9 +124,7 @@ class RunListView(CairnAPIView):
             state=params.get("state") or None,
             workflow_type=params.get("workflow_type") or None,
         )
-        paginator = Pagination()
-        page = paginator.paginate_queryset(runs, request, view=self)
-        return paginator.get_paginated_response(s.RunSerializer(page, many=True).data)
+        return self.page_response(runs, s.RunSerializer)
 
     @extend_schema(
         request=s.RunCreateSerializer,
@@ -169,15 +154,15 @@ class RunDetailView(CairnAPIView):
 
 # --- checkpoints -------------------------------------------------------------------------
 class CheckpointListView(CairnAPIView):
+    pagination_class = OldestFirst
+
     @extend_schema(
         responses={200: s.CheckpointSerializer(many=True), **_errors(404)},
         summary="Checkpoint history, oldest first",
     )
     def get(self, request: Request, run_id: str) -> Response:
         run = run_get(tenant=self.tenant, run_id=run_id)
-        paginator = OldestFirst()
-        page = paginator.paginate_queryset(Checkpoint.objects.filter(run=run), request, view=self)
-        return paginator.get_paginated_response(s.CheckpointSerializer(page, many=True).data)
+        return self.page_response(Checkpoint.objects.filter(run=run), s.CheckpointSerializer)
 
     @extend_schema(
         request=s.CheckpointCommitSerializer,

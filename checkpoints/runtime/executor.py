@@ -23,6 +23,7 @@ from uuid import UUID
 from django.conf import settings
 from django.utils import timezone
 
+from checkpoints.envelope import json_problem
 from checkpoints.errors import (
     ArtifactHashMismatch,
     CairnError,
@@ -449,8 +450,7 @@ def _interpret(spec: StepSpec, returned: Any) -> tuple[str, dict[str, Any]]:
         raise PermanentStepError(
             f"step {spec.name} chose '{target}', which it does not declare as a next state"
         )
-    try:
-        json.dumps(output, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise PermanentStepError(f"step {spec.name} returned output that is not JSON: {exc}")
+    problem = json_problem(output, where="the output")
+    if problem:
+        raise PermanentStepError(f"step {spec.name} returned output that is not JSON: {problem}")
     return target, output

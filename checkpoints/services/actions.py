@@ -38,7 +38,7 @@ from checkpoints.errors import (
 )
 from checkpoints.models import Execution, Run, RunStatus
 from checkpoints.services import outbox
-from checkpoints.services.budgets import budget_exhausted
+from checkpoints.services.budgets import BUDGET_LIMIT_MAX, budget_exhausted
 from observability.logs import transition_log
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record
@@ -234,7 +234,7 @@ def _grant_amounts(
             problems[name] = "at least 1"
     if cost is not None and (not isinstance(cost, int | float) or isinstance(cost, bool)):
         problems["cost"] = "a number"
-    elif cost is not None and cost <= 0:
+    elif cost is not None and not 0 < cost < float("inf"):
         problems["cost"] = "more than 0"
     if problems:
         raise InvalidRequest("The grant is not valid.", fields=problems)
@@ -328,6 +328,12 @@ def run_grant_budget(
             if limits.get(key) is None:
                 raise ActionNotAllowed(f"The run has no {name} limit; there is nothing to raise.")
             limits[key] = limits[key] + amount
+            if not limits[key] <= BUDGET_LIMIT_MAX:
+                raise InvalidRequest(
+                    f"The {name} limit would become {limits[key]}; a budget holds at most "
+                    f"{BUDGET_LIMIT_MAX}.",
+                    fields={name: f"at most {BUDGET_LIMIT_MAX - before[key]} more"},
+                )
         if new_deadline is not None:
             current = limits.get("deadline")
             if current is None:

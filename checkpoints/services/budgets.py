@@ -9,6 +9,9 @@ from django.utils import timezone
 
 from checkpoints.models import Run
 
+# The largest limit a budget may hold: an integer JSON carries exactly, and a finite cost.
+BUDGET_LIMIT_MAX = 10**15
+
 LIMIT_FOR_USED = {
     "attempts_used": "max_attempts",
     "tokens_used": "max_tokens",

@@ -125,6 +125,13 @@ def _check_client_groups(groups: dict[str, Any]) -> None:
             "The envelope has groups a writer may not set.",
             fields={name: "not a writable envelope group" for name in sorted(unknown)},
         )
+    shapeless = {
+        name: "must be a JSON list" if name == "side_effects" else "must be a JSON object"
+        for name, value in groups.items()
+        if not isinstance(value, list if name == "side_effects" else dict)
+    }
+    if shapeless:
+        raise InvalidEnvelope("The envelope's groups have the wrong shape.", fields=shapeless)
     # The C encoder's length is the canonical length to within whitespace-free rounding.
     size = len(json.dumps(groups, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
     if size > settings.CAIRN_MAX_ENVELOPE_BYTES:
@@ -187,7 +194,9 @@ def checkpoint_build(
 ) -> dict[str, Any]:
     """Assemble a full envelope from the writer's groups and the run's identity."""
     parent_id, parent_sha = parent
-    budgets = {**{k: 0 for k in BUDGET_USED_KEYS}, **groups.get("budgets", {})}
+    # A usage counter the writer leaves out stays where the run has it (never back to 0).
+    used = run.budget_used or {}
+    budgets = {**{k: used.get(k, 0) for k in BUDGET_USED_KEYS}, **groups.get("budgets", {})}
     budgets.update(budget_limits_snapshot(run))
     evidence = {"artifacts": [], "validators": [], **groups.get("evidence", {})}
     return {

@@ -179,6 +179,9 @@ def operation_reserve(
             "step and provider are at most 100 characters, client_reference at most 200."
         )
     _check_no_secret(request, "request")
+    # Both are stored and listed in clear, so they may not carry a credential either.
+    _check_no_secret(target, "target")
+    _check_no_secret(client_reference, "client_reference")
     with transaction.atomic():
         run = locked_run(tenant=tenant, run_id=run_id)
         facts = {"tenant": tenant, "run": run, "action": action, "target": target}

@@ -12,6 +12,7 @@ from checkpoints.envelope import canonical_json, find_secret
 from checkpoints.errors import InvalidRequest, PayloadTooLarge, SecretInEnvelope
 from checkpoints.models import Execution, Run, RunStatus
 from checkpoints.services import outbox
+from checkpoints.services.budgets import BUDGET_LIMIT_MAX
 from checkpoints.services.checkpoints import checkpoint_build, checkpoint_insert, envelope_prepare
 from checkpoints.services.workflows import workflow_resolve
 from observability.logs import transition_log
@@ -37,11 +38,15 @@ def budget_normalize(raw: dict[str, Any] | None) -> dict[str, Any]:
             not isinstance(value, int) or isinstance(value, bool) or value < 1
         ):
             problems[key] = "a whole number of at least 1"
+        elif value is not None and value > BUDGET_LIMIT_MAX:
+            problems[key] = f"at most {BUDGET_LIMIT_MAX}"
     cost = limits["max_cost"]
     if cost is not None and (
-        not isinstance(cost, int | float) or isinstance(cost, bool) or cost < 0
+        not isinstance(cost, int | float) or isinstance(cost, bool) or not 0 <= cost
     ):
         problems["max_cost"] = "a number of at least 0"
+    elif cost is not None and not cost <= BUDGET_LIMIT_MAX:
+        problems["max_cost"] = f"at most {BUDGET_LIMIT_MAX}"
     deadline = limits["deadline"]
     if deadline is not None:
         if isinstance(deadline, datetime):

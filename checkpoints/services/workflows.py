@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 
 from checkpoints.envelope import canonical_json
-from checkpoints.errors import DefinitionConflict, InvalidDefinition, UnknownWorkflow
+from checkpoints.errors import (
+    DefinitionConflict,
+    InvalidDefinition,
+    InvalidRequest,
+    UnknownWorkflow,
+)
 from checkpoints.models import WorkflowDefinition
 from tenants.models import Tenant
 
@@ -84,6 +90,19 @@ def workflows_visible(*, tenant: Tenant) -> QuerySet[WorkflowDefinition]:
     return WorkflowDefinition.objects.filter(Q(tenant=tenant) | Q(tenant__isnull=True))
 
 
+_BAD_NAME = re.compile(r"[/\s\x00-\x1f\x7f]")
+
+
+def _check_names(workflow_type: object, version: object) -> None:
+    problems = {
+        field: f"1-{limit} characters, without '/', whitespace or control characters"
+        for field, value, limit in (("workflow_type", workflow_type, 100), ("version", version, 50))
+        if not isinstance(value, str) or not 0 < len(value) <= limit or _BAD_NAME.search(value)
+    }
+    if problems:
+        raise InvalidRequest("The workflow's type or version is not a valid name.", fields=problems)
+
+
 def workflow_register(
     *,
     tenant: Tenant | None,
@@ -94,9 +113,11 @@ def workflow_register(
 ) -> tuple[WorkflowDefinition, bool]:
     """Store a definition; return (row, created). Idempotent for an identical definition.
 
-    Raises InvalidDefinition, or DefinitionConflict when a different definition already has
-    this type and version (for this tenant or in code). Atomic.
+    Raises InvalidRequest (a type or version that is not a name), InvalidDefinition, or
+    DefinitionConflict when a different definition already has this type and version (for
+    this tenant or in code). Atomic.
     """
+    _check_names(workflow_type, version)
     normal = definition_normalize(definition)
     digest = definition_sha256(normal)
     scope = Q(tenant__isnull=True) | (Q(tenant=tenant) if tenant else Q())
