@@ -155,10 +155,12 @@ def _decode(cursor: str, field: str) -> tuple[str, object, str] | None:
             return None
         if field.endswith("_at"):
             value = datetime.fromisoformat(value)
-        elif not isinstance(value, int):
+            if value.tzinfo is None:
+                return None
+        elif type(value) is not int or not -(2**63) < value < 2**63:
             return None
-        return direction, value, str(pk)
-    except (ValueError, TypeError):
+        return direction, value, str(uuid.UUID(pk))
+    except (ValueError, TypeError, AttributeError):
         return None
 
 

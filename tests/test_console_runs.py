@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 from datetime import timedelta
 
@@ -189,6 +191,25 @@ def test_keyset_pages_walk_every_run_once_in_order_both_ways(
 def test_a_garbled_cursor_starts_at_the_first_page(bob_client, bob, acme, workflow):  # noqa: ANN001
     run = plain_run(acme, bob)
     assert row_ids(get(bob_client, cursor="not-a-cursor!")) == [str(run.pk)]
+
+
+@pytest.mark.parametrize(
+    ("sort", "position"),
+    [
+        ("-created", ["n", "2026-01-01T00:00:00+00:00", "not-a-uuid"]),
+        ("-created", ["n", "2026-01-01T00:00:00", "00000000-0000-0000-0000-000000000000"]),
+        ("-created", ["n", 5, "00000000-0000-0000-0000-000000000000"]),
+        ("restores", ["n", 2**70, "00000000-0000-0000-0000-000000000000"]),
+        ("restores", ["n", True, "00000000-0000-0000-0000-000000000000"]),
+        ("restores", ["n", 0, 12]),
+    ],
+)
+def test_a_hand_made_cursor_starts_at_the_first_page(
+    bob_client, bob, acme, workflow, sort, position
+):  # noqa: ANN001, E501
+    run = plain_run(acme, bob)
+    cursor = base64.urlsafe_b64encode(json.dumps(position).encode()).decode().rstrip("=")
+    assert row_ids(get(bob_client, sort=sort, cursor=cursor)) == [str(run.pk)]
 
 
 def test_the_rows_poll_refreshes_the_visible_rows_in_place(bob_client, bob, acme, workflow):  # noqa: ANN001
