@@ -204,5 +204,6 @@ def decide(request: HttpRequest, approval_id: object) -> HttpResponse:
                 request, "Your approval is recorded; the request needs more approvals."
             )
     else:
-        messages.success(request, "Rejected. The run ends with your comment as the reason.")
+        why = "your comment" if decision.comment else "the rejection"
+        messages.success(request, f"Rejected. The run ends with {why} as the reason.")
     return redirect("approvals:review", approval_id=row.pk)

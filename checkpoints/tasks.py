@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from checkpoints.runtime.executor import run_advance as _run_advance
+from checkpoints.runtime.executor import worker_heartbeat, worker_identity
 from checkpoints.runtime.rescue import runs_rescue as _runs_rescue
 from checkpoints.services.outbox import outbox_dispatch
 
@@ -17,7 +18,11 @@ def run_advance(run_id: str, expected_version: int) -> str:
 
 @shared_task(name="checkpoints.outbox_sweep", ignore_result=True)
 def outbox_sweep() -> int:
-    """Publish due outbox messages that were not published at commit (or came due)."""
+    """Publish due outbox messages that were not published at commit (or came due).
+
+    The sweep runs every few seconds, so it also tells the health page this worker is alive
+    while it has no run to work on."""
+    worker_heartbeat(worker_identity())
     return outbox_dispatch()
 
 

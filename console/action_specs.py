@@ -7,10 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from checkpoints.errors import CairnError
 from checkpoints.models import ExternalOperation, OperationStatus, Run, RunStatus
 from checkpoints.services.actions import (
     GRANT_KEYS,
-    grant_refusal_while_leased,
+    grant_plan,
+    resume_check,
     run_grant_budget,
     run_resume,
 )
@@ -52,9 +54,10 @@ def _resume_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
             f"(state {run.state}); nothing before it runs again.",
         ]
     )
-    exhausted = budget_exhausted(run)
-    if exhausted:
-        summary.blocked = f"It cannot resume: {exhausted}. Grant more budget first."
+    try:
+        resume_check(run)
+    except CairnError as exc:
+        summary.blocked = exc.detail
     return summary
 
 
@@ -109,26 +112,32 @@ def _fork_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
             "This run is not changed.",
         ]
     )
-    summary.warnings = run_fork_preview(tenant=access.tenant, run_id=run.pk, from_sequence=sequence)
+    # Refused here (shown on the form) exactly as the fork itself would be refused.
+    summary.warnings = run_fork_preview(
+        tenant=access.tenant, run_id=run.pk, from_sequence=sequence, inputs_patch=patch
+    )
     if not summary.warnings:
         summary.lines.append(f"No confirmed side effect happened after checkpoint #{sequence}.")
     return summary
 
 
+def _amount(value: float | int) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def _grant_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
-    lines = []
-    for name, key in GRANT_KEYS.items():
-        if data.get(name) is not None:
-            current = run.budget_limits.get(key)
-            after = "—" if current is None else f"{current + data[name]:g}"
-            lines.append(f"{name.capitalize()}: limit {current} → {after}.")
+    # Refused here (shown on the form) exactly as the grant itself would be refused.
+    after = grant_plan(run, **{k: data.get(k) for k in (*GRANT_KEYS, "deadline")})
+    lines = [
+        f"{name.capitalize()}: limit {_amount(run.budget_limits[key])} → {_amount(after[key])}."
+        for name, key in GRANT_KEYS.items()
+        if data.get(name) is not None
+    ]
     if data.get("deadline"):
-        lines.append(
-            f"Deadline: {run.budget_limits.get('deadline')} → {data['deadline'].isoformat()}."
-        )
+        lines.append(f"Deadline: {run.budget_limits.get('deadline')} → {after['deadline']}.")
     if run.status == RunStatus.FAILED:
         lines.append("The run stays failed until you resume it.")
-    return Summary(lines, blocked=grant_refusal_while_leased(run) or "")
+    return Summary(lines)
 
 
 # --- the services ---------------------------------------------------------------------------

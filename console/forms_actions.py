@@ -96,6 +96,8 @@ class ForkForm(ActionForm):
             value = json.loads(text)
         except json.JSONDecodeError as exc:
             raise forms.ValidationError(f"This is not JSON: {exc.msg} (line {exc.lineno}).")
+        except RecursionError:
+            raise forms.ValidationError("This cannot be stored: it is nested too deeply.")
         if not isinstance(value, dict):
             raise forms.ValidationError('The patch must be a JSON object, like {"lang": "de"}.')
         problem = json_problem(value, where="the patch")

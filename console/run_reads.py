@@ -18,6 +18,7 @@ from checkpoints.services.budgets import budget_remaining
 from checkpoints.services.checkpoints import checkpoint_read
 from console.access import ConsoleAccess
 from console.selectors import stalled_before
+from retention.models import ArtifactReference
 from tenants.models import AuditEvent, Tenant
 
 TIMELINE_LIMIT = 200
@@ -115,6 +116,12 @@ def states_visited(run: Run) -> list[str]:
         .order_by("sequence")
         .values_list("state", flat=True)
     )
+
+
+def run_names_artifact(run: Run, artifact_id: object) -> bool:
+    """Whether a checkpoint of ``run`` names the artifact (the retention index answers,
+    so no envelope is decrypted)."""
+    return ArtifactReference.objects.filter(checkpoint__run=run, artifact_id=artifact_id).exists()
 
 
 def artifacts_referenced(tenant: Tenant, refs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -199,6 +199,40 @@ def test_resume_is_blocked_while_the_budget_is_exhausted(console, acme, bob):
     assert "Resume the run</button>" not in html
 
 
+def test_the_confirmation_shows_the_refusals_of_the_action_before_anyone_confirms(
+    console, acme, bob
+):
+    # Each of these was once described as if it would happen, then refused at the last click.
+    run = worker_run(acme, bob, budget={"max_attempts": 3})
+    cancelled = advance(run, bob, "draft_answer", status="failed")
+    Run.objects.filter(pk=cancelled.pk).update(status=RunStatus.CANCELLED)
+    cancelled.refresh_from_db()
+    html = post(console, cancelled, "resume").content.decode()
+    assert "The run is cancelled; it cannot be resumed." in html
+    assert "Resume the run</button>" not in html
+
+    failed = advance(worker_run(acme, bob, budget={"max_attempts": 3}), bob, "draft_answer")
+    failed = advance(failed, bob, "draft_answer", status="failed")
+    html = post(console, failed, "grant_budget", tokens=100).content.decode()
+    assert "The run has no tokens limit; there is nothing to raise." in html
+    assert "Grant the budget</button>" not in html
+
+    finished = advance(
+        advance(advance(worker_run(acme, bob), bob, "draft_answer"), bob, "review"), bob, "publish"
+    )
+    finished = advance(finished, bob, "done")
+    html = post(
+        console, finished, "fork", from_sequence=finished.checkpoint_sequence
+    ).content.decode()
+    assert "is in the terminal state done" in html
+    assert "Create the fork</button>" not in html
+    for row in (cancelled, failed, finished):
+        before = row.version
+        row.refresh_from_db()
+        assert row.version == before
+    assert not Run.objects.filter(forked_from_run=finished).exists()
+
+
 def test_a_refusal_of_the_service_is_shown_as_a_sentence(console, wrun):
     operation(wrun, "pub-1", "unknown")
     html = post(console, wrun, "retry", confirm=True, step="draft").content.decode()

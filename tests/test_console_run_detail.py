@@ -113,6 +113,18 @@ def test_the_artifact_viewer_escapes_content_and_audits_the_read(bob, story):  #
     assert DRAFT_TEXT.splitlines()[1] in full
 
 
+def test_the_artifact_viewer_shows_only_an_artifact_the_run_names(bob, acme, story):  # noqa: ANN001
+    # The read is audited against the run in the address: another run's artifact of the
+    # same tenant must not be read (and recorded) under it.
+    other = plain_run(acme, bob)
+    artifact = Artifact.objects.get(tenant=story.tenant)
+    reads = AuditEvent.objects.filter(action="artifact.read")
+    before = reads.count()
+    url = reverse("console:artifact_view", args=[other.pk, artifact.pk])
+    assert client_for(bob).get(url).status_code == 404
+    assert reads.count() == before
+
+
 def test_the_snapshot_poll_returns_only_the_fresh_snapshot(bob, story):  # noqa: ANN001
     Run.objects.filter(pk=story.pk).update(restore_count=4)
     response = client_for(bob).get(

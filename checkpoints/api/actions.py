@@ -162,7 +162,7 @@ class ForkView(ActionView):
 class ForkPreviewView(ActionView):
     @extend_schema(
         parameters=[OpenApiParameter("from_sequence", int, required=True)],
-        responses={200: ForkPreviewSerializer, **_errors(400, 403, 404, 422)},
+        responses={200: ForkPreviewSerializer, **_errors(400, 403, 404, 409, 422)},
         summary="Which confirmed side effects a fork from this checkpoint may repeat",
         tags=["operator actions"],
     )

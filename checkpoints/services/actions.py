@@ -156,6 +156,23 @@ def refuse_exhausted(run: Run, what: str) -> None:
 
 
 # --- resume ---------------------------------------------------------------------------------
+def resume_check(run: Run) -> None:
+    """The refusals of ``run_resume`` for the run as it is (reads nothing more), so a
+    confirmation can show them before anyone confirms. Raises RunNotActive,
+    ActionNotAllowed or BudgetExhausted."""
+    refuse_finished(run, "resumed")
+    if run.status not in RESUMABLE:
+        raise ActionNotAllowed(_NOT_RESUMABLE.get(run.status, f"The run is {run.status}."))
+    if run.state in (run.workflow.definition.get("terminal") or ()):
+        # E.g. a rejected demo run: nothing is left to run from a final state, so a resumed
+        # run would only sit in ``running`` forever.
+        raise ActionNotAllowed(
+            f"The run ended in state {run.state}, a final state of its workflow: there is "
+            "nothing left to resume. Retry a named step or fork the run instead."
+        )
+    refuse_exhausted(run, "resumed")
+
+
 def run_resume(
     *,
     tenant: Tenant,
@@ -180,17 +197,7 @@ def run_resume(
     with transaction.atomic():
         run = locked_run(tenant=tenant, run_id=run_id)
         version_check(run, expected_version)
-        refuse_finished(run, "resumed")
-        if run.status not in RESUMABLE:
-            raise ActionNotAllowed(_NOT_RESUMABLE.get(run.status, f"The run is {run.status}."))
-        if run.state in (run.workflow.definition.get("terminal") or ()):
-            # E.g. a rejected demo run: nothing is left to run from a final state, so a
-            # resumed run would only sit in ``running`` forever.
-            raise ActionNotAllowed(
-                f"The run ended in state {run.state}, a final state of its workflow: there is "
-                "nothing left to resume. Retry a named step or fork the run instead."
-            )
-        refuse_exhausted(run, "resumed")
+        resume_check(run)
         previous = run.status
         version = version_bump(
             run,
@@ -275,6 +282,61 @@ def grant_refusal_while_leased(run: Run) -> str | None:
     )
 
 
+def grant_plan(
+    run: Run,
+    *,
+    attempts: int | None = None,
+    tokens: int | None = None,
+    cost: float | int | None = None,
+    deadline: datetime | str | None = None,
+) -> dict[str, Any]:
+    """The run's budget limits after granting these amounts (a later ``deadline`` extends
+    it), with every refusal of ``run_grant_budget``, so a confirmation can show the limits
+    after or why not before anyone confirms. Reads nothing more than the run.
+
+    Raises InvalidRequest, RunNotActive, LeaseHeld or ActionNotAllowed.
+    """
+    amounts = _grant_amounts(attempts, tokens, cost)
+    new_deadline = _parse_deadline(deadline)
+    if not amounts and new_deadline is None:
+        raise InvalidRequest(
+            "Name what to grant: attempts, tokens, cost or a later deadline.",
+            fields={"attempts": "one of attempts, tokens, cost, deadline is required"},
+        )
+    refuse_finished(run, "granted budget")
+    if run.status == RunStatus.WAITING_APPROVAL:
+        raise ActionNotAllowed(
+            "The run waits for an approval bound to its current version; a grant now "
+            "would invalidate it. Decide the approval first."
+        )
+    leased = grant_refusal_while_leased(run)
+    if leased:
+        raise LeaseHeld(leased)
+    limits = dict(run.budget_limits)
+    for name, amount in amounts.items():
+        key = GRANT_KEYS[name]
+        if limits.get(key) is None:
+            raise ActionNotAllowed(f"The run has no {name} limit; there is nothing to raise.")
+        before = limits[key]
+        limits[key] = before + amount
+        if not limits[key] <= BUDGET_LIMIT_MAX:
+            raise InvalidRequest(
+                f"The {name} limit would become {limits[key]}; a budget holds at most "
+                f"{BUDGET_LIMIT_MAX}.",
+                fields={name: f"at most {BUDGET_LIMIT_MAX - before} more"},
+            )
+    if new_deadline is not None:
+        current = limits.get("deadline")
+        if current is None:
+            raise ActionNotAllowed("The run has no deadline; there is nothing to extend.")
+        if new_deadline <= datetime.fromisoformat(current):
+            raise ActionNotAllowed(
+                f"The new deadline must be later than the current one ({current})."
+            )
+        limits["deadline"] = new_deadline.isoformat()
+    return limits
+
+
 def run_grant_budget(
     *,
     tenant: Tenant,
@@ -302,47 +364,13 @@ def run_grant_budget(
     deadline, waiting for approval).
     """
     reason = reason_clean(reason)
-    amounts = _grant_amounts(attempts, tokens, cost)
-    new_deadline = _parse_deadline(deadline)
-    if not amounts and new_deadline is None:
-        raise InvalidRequest(
-            "Name what to grant: attempts, tokens, cost or a later deadline.",
-            fields={"attempts": "one of attempts, tokens, cost, deadline is required"},
-        )
     with transaction.atomic():
         run = locked_run(tenant=tenant, run_id=run_id)
         expected = version_check(run, expected_version)
-        refuse_finished(run, "granted budget")
-        if run.status == RunStatus.WAITING_APPROVAL:
-            raise ActionNotAllowed(
-                "The run waits for an approval bound to its current version; a grant now "
-                "would invalidate it. Decide the approval first."
-            )
-        leased = grant_refusal_while_leased(run)
-        if leased:
-            raise LeaseHeld(leased)
         before = dict(run.budget_limits)
-        limits = dict(before)
-        for name, amount in amounts.items():
-            key = GRANT_KEYS[name]
-            if limits.get(key) is None:
-                raise ActionNotAllowed(f"The run has no {name} limit; there is nothing to raise.")
-            limits[key] = limits[key] + amount
-            if not limits[key] <= BUDGET_LIMIT_MAX:
-                raise InvalidRequest(
-                    f"The {name} limit would become {limits[key]}; a budget holds at most "
-                    f"{BUDGET_LIMIT_MAX}.",
-                    fields={name: f"at most {BUDGET_LIMIT_MAX - before[key]} more"},
-                )
-        if new_deadline is not None:
-            current = limits.get("deadline")
-            if current is None:
-                raise ActionNotAllowed("The run has no deadline; there is nothing to extend.")
-            if new_deadline <= datetime.fromisoformat(current):
-                raise ActionNotAllowed(
-                    f"The new deadline must be later than the current one ({current})."
-                )
-            limits["deadline"] = new_deadline.isoformat()
+        limits = grant_plan(run, attempts=attempts, tokens=tokens, cost=cost, deadline=deadline)
+        amounts = _grant_amounts(attempts, tokens, cost)
+        extended = limits.get("deadline") != before.get("deadline")
         version = version_bump(run, expected, budget_limits=limits)
         if run.status in (RunStatus.RUNNING, RunStatus.WAITING_RETRY):
             enqueue_continue(run, version, available_at=run.next_eligible_at)
@@ -352,12 +380,12 @@ def run_grant_budget(
             action="run.budget_grant",
             run_id=run.id,
             target=", ".join(f"{k} +{v}" for k, v in amounts.items())
-            + (" deadline" if new_deadline else ""),
+            + (" deadline" if extended else ""),
             reason=reason,
             details={
                 "granted": {
                     **amounts,
-                    **({"deadline": limits["deadline"]} if new_deadline else {}),
+                    **({"deadline": limits["deadline"]} if extended else {}),
                 },
                 "limits_before": before,
                 "limits_after": limits,

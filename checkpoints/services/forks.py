@@ -125,16 +125,48 @@ def _warnings(run: Run, envelope: dict[str, Any], sequence: int) -> list[dict[st
     return warnings
 
 
-def run_fork_preview(
-    *, tenant: Tenant, run_id: UUID | str, from_sequence: int
-) -> list[dict[str, Any]]:
-    """What a fork from ``from_sequence`` would repeat: the warnings ``run_fork`` returns.
+@dataclass(frozen=True)
+class _ForkPlan:
+    checkpoint: Checkpoint
+    envelope: dict[str, Any]
+    inputs: dict[str, Any]
+    warnings: list[dict[str, Any]]
 
-    Reads only. Raises NotFound, UnknownCheckpoint or IntegrityFailure.
+
+def _fork_plan(source: Run, from_sequence: int, inputs_patch: dict[str, Any] | None) -> _ForkPlan:
+    """What a fork from ``from_sequence`` starts from, or why it cannot be made."""
+    if inputs_patch is not None and not isinstance(inputs_patch, dict):
+        raise InvalidRequest(
+            "inputs_patch must be a JSON object (a JSON Merge Patch of the inputs).",
+            fields={"inputs_patch": "an object"},
+        )
+    checkpoint = _checkpoint_at(source, from_sequence)
+    envelope = _envelope_of(checkpoint)
+    if checkpoint.state in source.workflow.definition.get("terminal", []):
+        raise ActionNotAllowed(
+            f"Checkpoint {from_sequence} is in the terminal state {checkpoint.state}; a "
+            "fork from it would have nothing to do. Choose an earlier checkpoint."
+        )
+    inputs = _fork_inputs(envelope, inputs_patch)
+    return _ForkPlan(checkpoint, envelope, inputs, _warnings(source, envelope, from_sequence))
+
+
+def run_fork_preview(
+    *,
+    tenant: Tenant,
+    run_id: UUID | str,
+    from_sequence: int,
+    inputs_patch: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """What a fork from ``from_sequence`` would repeat: the warnings ``run_fork`` returns,
+    after the same checks, so a preview never promises a fork that would be refused.
+
+    Reads only. Raises NotFound, UnknownCheckpoint, IntegrityFailure, InvalidRequest,
+    ActionNotAllowed (a checkpoint in a terminal state), SecretInEnvelope or
+    PayloadTooLarge, as ``run_fork`` would.
     """
     run = run_get(tenant=tenant, run_id=run_id)
-    checkpoint = _checkpoint_at(run, from_sequence)
-    return _warnings(run, _envelope_of(checkpoint), from_sequence)
+    return _fork_plan(run, from_sequence, inputs_patch).warnings
 
 
 def _fork_inputs(envelope: dict[str, Any], inputs_patch: dict[str, Any] | None) -> dict[str, Any]:
@@ -178,24 +210,11 @@ def run_fork(
     ActionNotAllowed (a checkpoint in a terminal state), SecretInEnvelope or PayloadTooLarge.
     """
     reason = reason_clean(reason)
-    if inputs_patch is not None and not isinstance(inputs_patch, dict):
-        raise InvalidRequest(
-            "inputs_patch must be a JSON object (a JSON Merge Patch of the inputs).",
-            fields={"inputs_patch": "an object"},
-        )
     with transaction.atomic():
         source = run_get(tenant=tenant, run_id=run_id)
         version_check(source, expected_version)
-        checkpoint = _checkpoint_at(source, from_sequence)
-        envelope = _envelope_of(checkpoint)
-        definition = source.workflow.definition
-        if checkpoint.state in definition.get("terminal", []):
-            raise ActionNotAllowed(
-                f"Checkpoint {from_sequence} is in the terminal state {checkpoint.state}; a "
-                "fork from it would have nothing to do. Choose an earlier checkpoint."
-            )
-        inputs = _fork_inputs(envelope, inputs_patch)
-        warnings = _warnings(source, envelope, from_sequence)
+        plan = _fork_plan(source, from_sequence, inputs_patch)
+        checkpoint, envelope, warnings = plan.checkpoint, plan.envelope, plan.warnings
         run = Run.objects.create(
             tenant=tenant,
             workflow=source.workflow,
@@ -218,7 +237,7 @@ def run_fork(
         budgets = envelope.get("budgets") or {}
         genesis(
             run=run,
-            inputs_group=inputs,
+            inputs_group=plan.inputs,
             actor=actor,
             groups={
                 "evidence": envelope.get("evidence") or {},

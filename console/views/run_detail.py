@@ -89,6 +89,9 @@ def artifact_view(request: HttpRequest, run_id: UUID, artifact_id: UUID) -> Http
     """Show an artifact's content as escaped text (audited); binary content is not shown."""
     access = request.console
     run = run_reads.run_for_page(tenant=access.tenant, run_id=run_id)
+    # The read is audited against this run: it must be one of the run's own artifacts.
+    if not run_reads.run_names_artifact(run, artifact_id):
+        raise Http404("No checkpoint of this run names that artifact.")
     artifact, data, error = None, b"", ""
     try:
         artifact, data = artifact_read(

@@ -129,3 +129,17 @@ def test_an_action_on_a_run_that_changed_after_the_page_loaded_is_refused(
     expect(page.locator('[data-field="status"]')).to_have_text("Paused For Review")
     at_review.refresh_from_db()
     assert at_review.status == "paused_for_review"
+
+
+def test_a_double_click_on_create_the_fork_makes_one_fork(live_server, page, login, bob, at_review):  # noqa: ANN001, E501
+    login(page, bob)
+    open_run(page, live_server, at_review)
+    actions = panel(page)
+    actions.get_by_role("button", name="Fork…").click()
+    actions.get_by_label("From checkpoint").select_option("2")
+    actions.get_by_label("Reason").fill("try again from the draft")
+    actions.get_by_role("button", name="Review what will happen").click()
+    actions.get_by_role("button", name="Create the fork").dblclick()
+    page.wait_for_url(lambda url: str(at_review.pk) not in url)
+    expect(page.locator("#fork-parent")).to_contain_text("Forked from run")
+    assert Run.objects.filter(forked_from_run=at_review).count() == 1
