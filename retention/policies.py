@@ -9,6 +9,7 @@ from django.db import transaction
 
 from checkpoints.errors import InvalidRequest, NotFound
 from checkpoints.models import Run
+from checkpoints.services.workflows import workflows_visible
 from retention.models import RetentionPolicy
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record
@@ -56,6 +57,32 @@ def policy_validate(data: PolicyInput) -> None:
         raise InvalidRequest("The retention periods contradict each other.", fields=fields)
 
 
+def policy_scopes(*, tenant: Tenant) -> list[str]:
+    """The workflow types the retention page offers: those with a definition visible to
+    ``tenant`` (its own or registered in code), and any that already has a saved policy (so
+    it can be looked at and removed, even if its definition is gone)."""
+    registered = workflows_visible(tenant=tenant).values_list("workflow_type", flat=True)
+    saved = (
+        RetentionPolicy.objects.filter(tenant=tenant)
+        .exclude(workflow_type="")
+        .values_list("workflow_type", flat=True)
+    )
+    return sorted(set(registered) | set(saved))
+
+
+def policy_scope_check(*, tenant: Tenant, workflow_type: str) -> None:
+    """Raise InvalidRequest unless ``workflow_type`` is blank (the default) or a workflow
+    type with a definition visible to ``tenant``."""
+    if workflow_type and not (
+        workflows_visible(tenant=tenant).filter(workflow_type=workflow_type).exists()
+    ):
+        sentence = (
+            f"There is no workflow of type \u201c{workflow_type[:100]}\u201d in this tenant: "
+            "a policy can only apply to a registered workflow type, or to all of them."
+        )
+        raise InvalidRequest(sentence, fields={"workflow_type": sentence})
+
+
 def policy_build(*, tenant: Tenant, data: PolicyInput) -> RetentionPolicy:
     """An unsaved policy with ``data`` applied: the saved one of that scope, or a new one."""
     policy = RetentionPolicy.objects.filter(
@@ -69,10 +96,12 @@ def policy_build(*, tenant: Tenant, data: PolicyInput) -> RetentionPolicy:
 def retention_policy_save(*, tenant: Tenant, data: PolicyInput, actor: Actor) -> RetentionPolicy:
     """Create or replace the tenant's policy for ``data.workflow_type`` (blank: default).
 
-    Atomic with its audit event. Raises InvalidRequest when the periods are not valid.
+    Atomic with its audit event. Raises InvalidRequest when the periods are not valid or
+    ``data.workflow_type`` is not a workflow type of the tenant (``policy_scope_check``).
     """
     policy_validate(data)
     with transaction.atomic():
+        policy_scope_check(tenant=tenant, workflow_type=data.workflow_type)
         saved = RetentionPolicy.objects.filter(tenant=tenant, workflow_type=data.workflow_type)
         before = saved.values(*PERIODS).first()
         policy = policy_build(tenant=tenant, data=data)
@@ -104,30 +133,48 @@ def retention_policy_delete(*, tenant: Tenant, workflow_type: str, actor: Actor)
     return bool(deleted)
 
 
+def run_id_parse(run_id: UUID | str) -> UUID:
+    """A run id as typed, or InvalidRequest (with ``fields["run_id"]``) saying what is wrong.
+
+    A blank id is refused: it never stands for "no run", let alone for the whole tenant.
+    """
+    if isinstance(run_id, UUID):
+        return run_id
+    raw = str(run_id).strip()
+    if not raw:
+        raise InvalidRequest("Enter a run id.", fields={"run_id": "Enter a run id."})
+    try:
+        return UUID(raw)
+    except ValueError:
+        sentence = (
+            f"\u201c{raw[:40]}\u201d is not a run id: paste the full id shown on the run's "
+            "page (36 characters)."
+        )
+        raise InvalidRequest(sentence, fields={"run_id": sentence}) from None
+
+
 def legal_hold_set(
     *, tenant: Tenant, on: bool, actor: Actor, run_id: UUID | str | None = None, reason: str = ""
 ) -> None:
-    """Put the whole tenant, or one of its runs, on legal hold (or release it).
+    """Put the whole tenant (``run_id`` None), or one of its runs, on legal hold (or release it).
 
-    While held nothing of it is deleted; a retention batch already running finishes.
-    Atomic with its audit event. Raises NotFound for a run outside the tenant.
+    Only None means the tenant: a blank or malformed ``run_id`` is refused (InvalidRequest),
+    and a run that is not the tenant's is NotFound, the same whether it exists elsewhere or
+    not at all. While held nothing of it is deleted; a retention batch already running
+    finishes. Atomic with its audit event.
     """
+    run_uuid = None if run_id is None else run_id_parse(run_id)
     with transaction.atomic():
-        if run_id is None:
+        if run_uuid is None:
             Tenant.objects.filter(pk=tenant.pk).update(legal_hold=on)
             tenant.legal_hold = on
-        else:
-            try:
-                updated = Run.objects.filter(tenant=tenant, pk=run_id).update(legal_hold=on)
-            except (ValueError, TypeError):
-                updated = 0
-            if not updated:
-                raise NotFound("No such run.")
+        elif not Run.objects.filter(tenant=tenant, pk=run_uuid).update(legal_hold=on):
+            raise NotFound("No such run in this tenant.")
         audit_record(
             tenant=tenant,
             actor=actor,
             action="retention.legal_hold_on" if on else "retention.legal_hold_off",
-            run_id=None if run_id is None else UUID(str(run_id)),
-            target="tenant" if run_id is None else f"run {run_id}",
+            run_id=run_uuid,
+            target="tenant" if run_uuid is None else f"run {run_uuid}",
             reason=reason,
         )

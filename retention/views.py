@@ -5,14 +5,14 @@ Thin: parse the form, call ``retention.policies`` / ``retention.services``, rend
 
 from __future__ import annotations
 
-from uuid import UUID
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from checkpoints.errors import CairnError, InvalidRequest
+from checkpoints.errors import CairnError, InvalidRequest, NotFound
 from checkpoints.models import Run
 from console.access import console_view
 from retention.models import RetentionPolicy
@@ -21,20 +21,27 @@ from retention.policies import (
     PolicyInput,
     legal_hold_set,
     policy_build,
+    policy_scope_check,
+    policy_scopes,
     policy_validate,
     retention_policy_delete,
     retention_policy_save,
+    run_id_parse,
 )
 from retention.services import retention_preview
 from tenants import roles
 from tenants.models import Tenant
 
 LABELS = {
+    "workflow_type": "Applies to",
     "intermediate_days": "Keep intermediate checkpoints of finished runs (days)",
     "model_context_days": "Keep model_context artifacts (days)",
     "failed_run_days": "Keep the full history of failed runs (days)",
     "run_expiry_days": "Delete whole runs (days after they ended)",
 }
+# The legal hold form names what it holds; a request without ``scope`` is a run's (never the
+# tenant's), so no blank or missing field can widen a hold to the whole tenant.
+HOLD_SCOPES = ("tenant", "run")
 
 
 def _parse(post: dict) -> tuple[PolicyInput, dict[str, str]]:
@@ -55,15 +62,13 @@ def _parse(post: dict) -> tuple[PolicyInput, dict[str, str]]:
     return PolicyInput(workflow_type=workflow_type, **values), errors
 
 
-def _workflow_types(tenant: Tenant) -> list[str]:
-    return sorted(
-        set(Run.objects.filter(tenant=tenant).values_list("workflow_type", flat=True).distinct())
-        | set(
-            RetentionPolicy.objects.filter(tenant=tenant)
-            .exclude(workflow_type="")
-            .values_list("workflow_type", flat=True)
-        )
-    )
+def _problems(errors: dict[str, str]) -> list[str]:
+    return [f"{LABELS[k]}: {v}" if k in LABELS else v for k, v in errors.items()]
+
+
+def _refused(exc: CairnError) -> dict[str, str]:
+    """A refusal's field errors, or its sentence when it names no field."""
+    return exc.fields or {"": exc.detail}
 
 
 def _fields(data: PolicyInput, errors: dict[str, str]) -> list[dict[str, object]]:
@@ -78,13 +83,25 @@ def _page(
     *,
     data: PolicyInput | None = None,
     errors: dict[str, str] | None = None,
+    refusal: dict[str, str] | None = None,
     status: int = 200,
 ) -> HttpResponse:
+    """The whole page. ``data`` is the policy being edited (by default the saved one of the
+    scope in ``?workflow_type=``); ``refusal`` (``where``, ``message`` and the typed
+    ``run_id``/``reason``) is shown in the section whose request was refused."""
     tenant: Tenant = request.console.tenant
     tenant.refresh_from_db(fields=["legal_hold"])
     policies = list(RetentionPolicy.objects.filter(tenant=tenant).order_by("workflow_type"))
+    scopes = policy_scopes(tenant=tenant)
     if data is None:
-        chosen = request.GET.get("workflow_type", "")
+        chosen = (request.GET.get("workflow_type") or "").strip()
+        if chosen and chosen not in scopes:
+            refusal = {
+                "where": "scope",
+                "message": f"There is no workflow of type \u201c{chosen[:100]}\u201d in this "
+                "tenant; the default policy is shown instead.",
+            }
+            status, chosen = 404, ""
         saved = next((p for p in policies if p.workflow_type == chosen), None)
         data = PolicyInput(
             workflow_type=chosen, **{n: getattr(saved, n) if saved else None for n in PERIODS}
@@ -93,6 +110,7 @@ def _page(
     if not errors:
         try:
             policy_validate(data)
+            policy_scope_check(tenant=tenant, workflow_type=data.workflow_type)
             preview = retention_preview(policy_build(tenant=tenant, data=data))
         except InvalidRequest:
             preview = None
@@ -101,8 +119,9 @@ def _page(
         "policies": policies,
         "data": data,
         "fields": _fields(data, errors or {}),
-        "errors": errors or {},
-        "workflow_types": _workflow_types(tenant),
+        "errors": _problems(errors or {}),
+        "refusal": refusal or {},
+        "workflow_types": scopes,
         "preview": preview,
         "held_runs": list(
             Run.objects.filter(tenant=tenant, legal_hold=True)
@@ -115,6 +134,8 @@ def _page(
 
 @console_view(roles.ADMIN)
 def retention_page(request: HttpRequest) -> HttpResponse:
+    """GET: the policy of the scope in ``?workflow_type=``. POST: save the policy of the
+    scope the form was loaded for (its hidden ``workflow_type``)."""
     if request.method != "POST":
         return _page(request)
     data, errors = _parse(request.POST)
@@ -123,28 +144,34 @@ def retention_page(request: HttpRequest) -> HttpResponse:
     try:
         retention_policy_save(tenant=request.console.tenant, data=data, actor=request.console.actor)
     except InvalidRequest as exc:
-        return _page(request, data=data, errors=exc.fields or {"": exc.detail}, status=422)
+        return _page(request, data=data, errors=_refused(exc), status=422)
     scope = data.workflow_type or "the default"
     messages.success(request, f"Retention policy for {scope} saved.")
-    return redirect(f"{request.path}?workflow_type={data.workflow_type}")
+    return redirect(f"{request.path}?{urlencode({'workflow_type': data.workflow_type})}")
 
 
 @console_view(roles.ADMIN)
 @require_POST
 def retention_preview_partial(request: HttpRequest) -> HttpResponse:
-    """The preview of the policy as currently typed (htmx), without saving anything."""
+    """The preview of the policy as currently typed (htmx), without saving anything.
+
+    A refusal answers the same partial with the reason inside it, and a 422."""
     data, errors = _parse(request.POST)
     preview, problem = None, ""
     if errors:
-        problem = "; ".join(f"{LABELS[k]}: {v}" for k, v in errors.items())
+        problem = "; ".join(_problems(errors))
     else:
         try:
             policy_validate(data)
+            policy_scope_check(tenant=request.console.tenant, workflow_type=data.workflow_type)
             preview = retention_preview(policy_build(tenant=request.console.tenant, data=data))
         except InvalidRequest as exc:
-            problem = "; ".join((exc.fields or {"": exc.detail}).values())
+            problem = "; ".join(_refused(exc).values())
     return render(
-        request, "retention/_preview.html", {"preview": preview, "problem": problem, "data": data}
+        request,
+        "retention/_preview.html",
+        {"preview": preview, "problem": problem, "data": data},
+        status=422 if problem else 200,
     )
 
 
@@ -152,36 +179,52 @@ def retention_preview_partial(request: HttpRequest) -> HttpResponse:
 @require_POST
 def retention_policy_remove(request: HttpRequest) -> HttpResponse:
     workflow_type = (request.POST.get("workflow_type") or "").strip()
-    if retention_policy_delete(
+    scope = workflow_type or "the default"
+    if not retention_policy_delete(
         tenant=request.console.tenant, workflow_type=workflow_type, actor=request.console.actor
     ):
-        messages.success(request, f"Policy for {workflow_type or 'the default'} removed.")
+        message = f"There is no saved policy for {scope[:100]} to remove; nothing was changed."
+        return _page(request, refusal={"where": "remove", "message": message}, status=404)
+    messages.success(request, f"Policy for {scope} removed.")
     return redirect("console:retention")
 
 
 @console_view(roles.ADMIN)
 @require_POST
 def retention_hold(request: HttpRequest) -> HttpResponse:
-    """Put the tenant or one run on legal hold, or release it."""
-    on = request.POST.get("on") == "1"
+    """Put the tenant (``scope=tenant``) or one run (``scope=run``, the default, with
+    ``run_id``) on legal hold (``on=1``) or release it (``on=0``)."""
+    scope = request.POST.get("scope") or "run"
+    on = request.POST.get("on")
     reason = (request.POST.get("reason") or "").strip()[:2000]
     raw_run = (request.POST.get("run_id") or "").strip()
+    # Where the page shows a refusal: by the typed run id, by the list of held runs (a
+    # release), by the tenant's hold, or at the top for a form it does not understand.
+    where = "page"
+    if scope == "tenant":
+        where = "tenant"
+    elif scope == "run" and on in ("0", "1"):
+        where = "release" if on == "0" else "run"
     try:
-        run_id = UUID(raw_run) if raw_run else None
-    except ValueError:
-        messages.error(request, f"'{raw_run}' is not a run id.")
-        return redirect("console:retention")
-    try:
+        if scope not in HOLD_SCOPES or on not in ("0", "1"):
+            raise InvalidRequest("The legal hold form was not understood; nothing was changed.")
+        run_id = None if scope == "tenant" else run_id_parse(raw_run)
         legal_hold_set(
             tenant=request.console.tenant,
             run_id=run_id,
-            on=on,
+            on=on == "1",
             reason=reason,
             actor=request.console.actor,
         )
     except CairnError as exc:
-        messages.error(request, exc.detail)
-        return redirect("console:retention")
-    what = f"Run {str(run_id)[:8]}" if run_id else "The tenant"
-    messages.success(request, f"{what} is {'on legal hold' if on else 'released from legal hold'}.")
+        refusal = {
+            "where": where,
+            "message": exc.detail,
+            "run_id": raw_run[:100],
+            "reason": reason,
+        }
+        return _page(request, refusal=refusal, status=404 if isinstance(exc, NotFound) else 422)
+    what = "The tenant" if run_id is None else f"Run {str(run_id)[:8]}"
+    state = "on legal hold" if on == "1" else "released from legal hold"
+    messages.success(request, f"{what} is {state}.")
     return redirect("console:retention")
