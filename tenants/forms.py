@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django import forms
 from django.contrib.auth.validators import UnicodeUsernameValidator
 
 from tenants import roles
+from tenants.audit import uuid_prefix_bounds
 
 ROLE_LABELS = {"reviewer": "Reviewer", "operator": "Operator", "admin": "Admin"}
 ONE_RUN = "one_run"
+RUN_PREFIX_MIN = 4
 
 
 class InviteForm(forms.Form):
+    """On the members page next to GrantForm: its own ids (``invite_…``), the same names."""
+
     username = forms.CharField(max_length=150, validators=[UnicodeUsernameValidator()])
     email = forms.EmailField(required=False)
     role = forms.ChoiceField(
@@ -25,6 +31,10 @@ class InviteForm(forms.Form):
         required=False,
         widget=forms.TextInput(attrs={"placeholder": "full run id", "class": "mono"}),
     )
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("auto_id", "invite_%s")
+        super().__init__(*args, **kwargs)
 
     def clean(self) -> dict:
         data = super().clean()
@@ -42,8 +52,14 @@ class TokenForm(forms.Form):
 
 
 class GrantForm(forms.Form):
+    """On the members page next to InviteForm: its own ids (``grant_…``), the same names."""
+
     username = forms.CharField(max_length=150)
     run = forms.UUIDField(label="Run id", widget=forms.TextInput(attrs={"class": "mono"}))
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("auto_id", "grant_%s")
+        super().__init__(*args, **kwargs)
 
 
 class DateTimeInput(forms.DateTimeInput):
@@ -58,10 +74,36 @@ class AuditFilterForm(forms.Form):
 
     action = forms.ChoiceField(required=False, choices=[])
     actor = forms.CharField(required=False, max_length=200, help_text="username or worker")
-    run = forms.UUIDField(label="Run id", required=False)
+    run = forms.CharField(
+        label="Run id",
+        required=False,
+        max_length=36,
+        help_text="the full id or its first characters",
+        widget=forms.TextInput(attrs={"class": "mono"}),
+    )
     since = forms.DateTimeField(label="From (UTC)", required=False, widget=DateTimeInput())
     until = forms.DateTimeField(label="Until (UTC)", required=False, widget=DateTimeInput())
 
     def __init__(self, *args: object, actions: list[str], **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.fields["action"].choices = [("", "Any action"), *[(a, a) for a in actions]]
+
+    def clean_run(self) -> str:
+        """A full run id (normalized) or a hex prefix of one, as the table shows it."""
+        text = self.cleaned_data["run"].strip().lower()
+        if not text:
+            return ""
+        try:
+            return str(uuid.UUID(text))
+        except ValueError:
+            pass
+        compact = text.replace("-", "")
+        try:
+            uuid_prefix_bounds(compact)
+        except ValueError:
+            compact = ""
+        if len(compact) < RUN_PREFIX_MIN:
+            raise forms.ValidationError(
+                f"Enter a run id, or at least its first {RUN_PREFIX_MIN} characters (0-9, a-f)."
+            )
+        return compact

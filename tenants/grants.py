@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from checkpoints.errors import NotFound
 from checkpoints.models import Run
 from tenants.models import RunGrant, Tenant
-from tenants.services import Actor, audit_record
+from tenants.services import Actor, audit_record, permissions_of
 
 
 def run_grant_create(
@@ -18,7 +19,9 @@ def run_grant_create(
 ) -> RunGrant:
     """Let ``user`` review the approvals of one run of the tenant (idempotent).
 
-    Atomic with its audit event. Raises NotFound when the run is not the tenant's.
+    Whoever ``user`` is: callers decide who may receive a grant (``run_grant_to_member``,
+    ``member_invite``). Atomic with its audit event. Raises NotFound when the run is not
+    the tenant's.
     """
     try:
         run = Run.objects.only("id", "tenant_id").get(tenant=tenant, pk=run_id)
@@ -42,6 +45,27 @@ def run_grant_create(
                 target=user.get_username(),
             )
     return grant
+
+
+def run_grant_to_member(
+    *, tenant: Tenant, run_id: UUID | str, username: str, actor: Actor
+) -> RunGrant:
+    """Let the member ``username`` of the tenant (a role, or a run grant, here) review one
+    more run: the members page's grant form. Someone from outside comes in by invitation
+    (``member_invite``), which says whom the admin let in.
+
+    Raises NotFound with ``fields={"username": …}`` for a username that is not a member,
+    with the same sentence whether or not the account exists (or belongs elsewhere), and
+    NotFound (the run) as ``run_grant_create``.
+    """
+    user = get_user_model().objects.filter(username=(username or "").strip()).first()
+    if user is None or not permissions_of(user=user, tenant=tenant):
+        raise NotFound(
+            f"No member of {tenant.slug} has that username; to let someone else review one "
+            "run, invite them as a reviewer of one run.",
+            fields={"username": "not a member"},
+        )
+    return run_grant_create(tenant=tenant, run_id=run_id, user=user, actor=actor)
 
 
 def run_grant_revoke(*, tenant: Tenant, grant_id: UUID | str, actor: Actor) -> None:

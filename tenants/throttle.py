@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
@@ -37,16 +38,33 @@ def _window() -> timedelta:
     return timedelta(seconds=settings.CAIRN_LOGIN_WINDOW_SECONDS)
 
 
-def login_throttle_wait(*, username: str, ip: str) -> int:
-    """Seconds until this username may try again from this address (0: it may now)."""
+@dataclass(frozen=True)
+class LoginRefusal:
+    """Why sign-in is refused for now: ``seconds`` until it may be tried again, and which
+    limit holds it (``per_address``: failures from the address for any username; else
+    failures for this username from the address)."""
+
+    seconds: int
+    per_address: bool
+
+
+def login_throttle_refusal(*, username: str, ip: str) -> LoginRefusal | None:
+    """The refusal of a sign-in by this username from this address; None: it may try now.
+
+    When both limits are reached, the one that holds longer is named (the address's on a
+    tie, as it holds whatever username is tried)."""
     now = timezone.now()
-    wait = 0
-    limits = dict(_keys(username, ip))
+    keys = _keys(username, ip)
+    limits = dict(keys)
+    address_key = keys[1][0]
+    refusal = None
     for row in LoginThrottle.objects.filter(pk__in=limits, window_started_at__gt=now - _window()):
         if row.failures >= limits[row.key]:
             left = (row.window_started_at + _window() - now).total_seconds()
-            wait = max(wait, int(left) + 1)
-    return wait
+            seconds, per_address = int(left) + 1, row.key == address_key
+            if refusal is None or (seconds, per_address) > (refusal.seconds, refusal.per_address):
+                refusal = LoginRefusal(seconds=seconds, per_address=per_address)
+    return refusal
 
 
 def login_failure_record(*, username: str, ip: str) -> None:

@@ -11,11 +11,14 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from tenants.models import AuditEvent
 from tenants.services import Actor, audit_record
+from tests.test_members_page import markup_problems
 
 
 def client_for(user) -> Client:  # noqa: ANN001
@@ -101,9 +104,81 @@ def test_the_filters_narrow_by_action_actor_run_and_time(alice, acme, log):  # n
 def test_a_bad_filter_is_a_400_with_the_field_named(alice, log):  # noqa: ANN001
     response = client_for(alice).get("/audit/", {"run": "not-a-uuid", "since": "yesterday"})
     assert response.status_code == 400
-    assert b'id="id_run-error"' in response.content
-    assert b'id="id_since-error"' in response.content
-    assert client_for(alice).get("/audit/export.csv", {"run": "x"}).status_code == 400
+    assert b'id="id_run_error"' in response.content
+    assert b'id="id_since_error"' in response.content
+    refused = client_for(alice).get("/audit/export.csv", {"run": "x"})
+    assert refused.status_code == 400
+    assert b"Nothing was exported" in refused.content
+
+
+def export_links(html: str) -> dict[str, str]:
+    return dict(re.findall(r'<a id="export-(csv|jsonl)" href="([^"]+)"', html))
+
+
+def test_an_invalid_filter_is_left_out_and_says_so_while_the_others_apply(alice, log):  # noqa: ANN001
+    admin = client_for(alice)
+    response = admin.get("/audit/", {"action": "run.cancelled", "run": "not-hex!"})
+    html = response.content.decode()
+    assert response.status_code == 400
+    assert len(rows_of(html)) == 1  # the action filter still applies
+    assert re.search(r'id="filters-left-out">[^<]*\(Run id\)', html)
+    links = export_links(html)
+    assert set(links) == {"csv", "jsonl"}
+    for link in links.values():
+        assert "action=run.cancelled" in link and "run=" not in link
+    download = admin.get(links["csv"].replace("&amp;", "&"))
+    assert download.status_code == 200
+    assert len(b"".join(download.streaming_content).decode().splitlines()) == 2  # header + 1
+
+
+def test_the_pager_carries_only_the_filters_that_apply(alice, log):  # noqa: ANN001
+    html = (
+        client_for(alice)
+        .get("/audit/", {"action": "checkpoint.read", "since": "yesterday"})
+        .content.decode()
+    )
+    older = re.search(r'<a href="\?([^"]+)" rel="next">', html).group(1)
+    assert older.startswith("action=checkpoint.read&amp;before=")
+    assert "since" not in older
+
+
+def test_the_run_filter_takes_the_id_prefix_the_table_shows(alice, log):  # noqa: ANN001
+    admin = client_for(alice)
+    full = rows_of(
+        admin.get("/audit/", {"run": str(log), "action": "run.cancelled"}).content.decode()
+    )
+    assert len(full) == 1
+    for typed in (str(log)[:8], str(log)[:8].upper(), str(log)[:13], str(log).replace("-", "")):
+        with CaptureQueriesContext(connection) as queries:
+            response = admin.get("/audit/", {"run": typed, "action": "run.cancelled"})
+        assert response.status_code == 200, typed
+        assert rows_of(response.content.decode()) == full, typed
+        events_sql = [
+            q["sql"] for q in queries if "tenants_auditevent" in q["sql"] and "run_id" in q["sql"]
+        ]
+        # A range on the column, which its index answers (no cast, no LIKE).
+        assert events_sql and not any("LIKE" in sql or "CAST" in sql for sql in events_sql)
+    other = "0000" if not str(log).startswith("0000") else "ffff"
+    assert rows_of(admin.get("/audit/", {"run": other}).content.decode()) == []
+    for typed in ("abc", "xyz12345", "0" * 33):
+        assert admin.get("/audit/", {"run": typed}).status_code == 400, typed
+
+
+def test_the_filter_hints_are_shown_and_every_reference_on_the_page_resolves(alice, log):  # noqa: ANN001
+    admin = client_for(alice)
+    html = admin.get("/audit/").content.decode()
+    assert 'aria-describedby="id_actor_helptext"' in html
+    assert re.search(r'id="id_actor_helptext">username or worker<', html)
+    assert markup_problems(html) == []
+    invalid = admin.get("/audit/", {"run": "x", "since": "yesterday"}).content.decode()
+    assert 'aria-describedby="id_run_helptext id_run_error"' in invalid
+    assert markup_problems(invalid) == []
+
+
+def test_the_details_column_shows_compact_json(alice, log):  # noqa: ANN001
+    html = client_for(alice).get("/audit/", {"action": "run.cancelled"}).content.decode()
+    assert "{&quot;from&quot;:&quot;running&quot;}" in html
+    assert "&#x27;from&#x27;" not in html
 
 
 def test_the_csv_export_streams_the_filtered_log_with_formulas_defused(alice, acme, log):  # noqa: ANN001

@@ -149,3 +149,11 @@ def test_switching_to_a_tenant_one_is_not_a_member_of_is_refused(alice, globex):
 def test_the_csp_header_is_sent_on_console_pages(bob):
     response = client_for(bob).get(reverse("console:runs"))
     assert "script-src 'self'" in response["Content-Security-Policy"]
+
+
+@pytest.mark.parametrize("value", ["not-a-uuid", "", "1", "0" * 40])
+def test_switching_to_something_that_is_not_a_tenant_id_is_refused_like_a_stranger(alice, value):  # noqa: ANN001
+    client = client_for(alice)
+    response = client.post(reverse("console:tenant_switch"), {"tenant": value})
+    assert response.status_code == 404
+    assert SESSION_TENANT_KEY not in client.session

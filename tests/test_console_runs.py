@@ -109,6 +109,13 @@ def test_an_invalid_filter_is_shown_and_ignored(bob_client, bob, acme, workflow)
     assert "Enter a whole number." in html
     assert "The end of the range is before its start." in html
     assert str(run.pk) in html or row_ids(html) == []
+    # Each invalid field points at its message, and the message is there to point at.
+    described = re.findall(r'aria-describedby="([^"]+)"', html)
+    assert described
+    ids = set(re.findall(r'\bid="([^"]+)"', html))
+    for references in described:
+        for target in references.split():
+            assert target in ids, target
 
 
 def test_counts_per_status_ignore_the_status_filter(bob_client, bob, acme, workflow):  # noqa: ANN001

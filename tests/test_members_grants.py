@@ -3,13 +3,15 @@ review, and nothing else of the tenant, in the console and the API alike."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.test import Client
 
 from approvals.models import ApprovalDecision
 from checkpoints.services.runs import run_create
 from tenants import roles
-from tenants.grants import run_grant_create, run_grant_revoke
+from tenants.grants import run_grant_create, run_grant_revoke, run_grant_to_member
 from tenants.models import AuditEvent, RunGrant
 from tenants.selectors import tenants_of
 from tenants.services import Actor, member_set_role, permissions_of
@@ -155,24 +157,66 @@ def test_a_grant_names_a_run_of_the_tenant(globex, charlie, carol, run):  # noqa
     assert not RunGrant.objects.exists()
 
 
-def test_admins_grant_and_withdraw_from_the_members_page(alice, acme, run):  # noqa: ANN001
-    UserFactory(username="erin")
+def test_admins_grant_and_withdraw_from_the_members_page(alice, acme, carol, run):  # noqa: ANN001
     admin = Client()
     admin.force_login(alice)
-    response = admin.post("/members/grants", {"username": "erin", "run": str(run.pk)})
+    response = admin.post("/members/grants", {"username": "carol", "run": str(run.pk)})
     assert response.status_code == 302
-    grant = RunGrant.objects.get(user__username="erin")
+    grant = RunGrant.objects.get(user__username="carol")
     assert grant.granted_by == alice
     page = admin.get("/members/").content.decode()
     assert f'id="grant-{grant.pk}"' in page
-    assert (
-        admin.post("/members/grants", {"username": "nobody", "run": str(run.pk)}).status_code == 400
-    )
-    wrong_run = admin.post("/members/grants", {"username": "erin", "run": "0" * 32})
+    wrong_run = admin.post("/members/grants", {"username": "carol", "run": "0" * 32})
     assert wrong_run.status_code == 400
+    assert b'id="grant_run_error"' in wrong_run.content
     assert b"No such run" in wrong_run.content
     assert admin.post(f"/members/grants/{grant.pk}/revoke").status_code == 302
     assert not RunGrant.objects.exists()
+
+
+def test_a_one_run_reviewer_may_be_granted_another_run(alice, acme, bob, dave, run):  # noqa: ANN001
+    other = run_create(
+        tenant=acme,
+        workflow_type="research",
+        inputs={"question": "and this?"},
+        execution="external",
+        actor=Actor(user=bob),
+    )
+    run_grant_to_member(tenant=acme, run_id=other.pk, username="dave", actor=Actor(user=alice))
+    assert set(RunGrant.objects.filter(user=dave).values_list("run_id", flat=True)) == {
+        run.pk,
+        other.pk,
+    }
+
+
+def test_it_refuses_a_run_grant_to_anyone_but_a_member_without_saying_who_exists(
+    alice, acme, charlie, run
+):  # noqa: ANN001
+    UserFactory(username="erin")  # an account of no tenant
+    admin = Client()
+    admin.force_login(alice)
+    answers = []
+    for username in ("charlie", "erin", "nobody"):  # globex's admin, no tenant, no account
+        response = admin.post("/members/grants", {"username": username, "run": str(run.pk)})
+        assert response.status_code == 400
+        html = response.content.decode()
+        error = re.search(r'<span class="error" id="grant_username_error">([^<]+)</span>', html)
+        assert error, username
+        answers.append(error.group(1))
+        assert "globex" not in html
+    assert len(set(answers)) == 1
+    assert "No member of acme has that username" in answers[0]
+    assert not RunGrant.objects.exists()
+    assert not AuditEvent.objects.filter(action="grant.created").exists()
+
+
+def test_the_grant_service_refuses_a_member_of_another_tenant_only(acme, alice, charlie, run):  # noqa: ANN001
+    from checkpoints.errors import NotFound
+
+    with pytest.raises(NotFound) as refused:
+        run_grant_to_member(tenant=acme, run_id=run.pk, username="charlie", actor=Actor(user=alice))
+    assert refused.value.fields == {"username": "not a member"}
+    assert permissions_of(user=charlie, tenant=acme) == frozenset()
 
 
 def test_an_invitation_can_make_a_reviewer_of_one_run(alice, acme, run):  # noqa: ANN001

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
+from html.parser import HTMLParser
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -33,6 +35,54 @@ def admin(alice) -> Client:  # noqa: ANN001
 
 def events(tenant, action):  # noqa: ANN001, ANN201
     return list(AuditEvent.objects.filter(tenant=tenant, action=action).order_by("id"))
+
+
+class _Markup(HTMLParser):
+    """Every id (with the form it is in), every label's ``for`` and every reference."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: list[str] = []
+        self.form_of: dict[str, int | None] = {}
+        self.labels: list[tuple[str, int | None]] = []
+        self.described: list[str] = []
+        self._forms = 0
+        self._open: list[int] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attrs = dict(attrs)
+        if tag == "form":
+            self._forms += 1
+            self._open.append(self._forms)
+        form = self._open[-1] if self._open else None
+        if attrs.get("id"):
+            self.ids.append(attrs["id"])
+            self.form_of[attrs["id"]] = form
+        if tag == "label" and attrs.get("for"):
+            self.labels.append((attrs["for"], form))
+        for name in ("aria-describedby", "aria-labelledby"):
+            self.described += (attrs.get(name) or "").split()
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "form" and self._open:
+            self._open.pop()
+
+
+def markup_problems(html: str) -> list[str]:
+    """Duplicate ids, labels pointing elsewhere than into their own form, and aria
+    references to nothing: an empty list for a sound page."""
+    markup = _Markup()
+    markup.feed(html)
+    problems = [f"duplicate id {i}" for i, n in Counter(markup.ids).items() if n > 1]
+    for target, form in markup.labels:
+        if target not in markup.form_of:
+            problems.append(f"label for a missing {target}")
+        elif markup.form_of[target] != form:
+            problems.append(f"label for {target} outside its form")
+    problems += [
+        f"aria reference to a missing {i}" for i in markup.described if i not in markup.ids
+    ]
+    return problems
 
 
 def test_the_members_page_lists_each_member_with_role_and_is_for_admins_only(
@@ -74,6 +124,12 @@ def test_an_invitation_shows_a_one_time_link_that_sets_the_password_once(admin, 
     visitor = Client()
     form = visitor.get(link.group(1), follow=True)
     assert b"Choose your password" in form.content
+    assert markup_problems(form.content.decode()) == []
+    mismatch = visitor.post(
+        form.redirect_chain[-1][0], {"new_password1": "a", "new_password2": "b"}
+    )
+    assert mismatch.status_code == 200
+    assert markup_problems(mismatch.content.decode()) == []
     done = visitor.post(
         form.redirect_chain[-1][0],
         {"new_password1": "a long new passphrase", "new_password2": "a long new passphrase"},
@@ -90,15 +146,23 @@ def test_an_invitation_shows_a_one_time_link_that_sets_the_password_once(admin, 
 def test_inviting_a_member_twice_is_refused(admin, bob):  # noqa: ANN001
     response = admin.post(f"{MEMBERS}invite", {"username": "bob", "role": "reviewer"})
     assert response.status_code == 409
-    assert b"already a member" in response.content
+    # The sentence stands in the invite form it refuses, which keeps what was typed.
+    form = re.search(
+        r'<form [^>]*action="/members/invite".*?</form>', response.content.decode(), re.S
+    )
+    assert "already a member" in form.group(0)
+    assert 'value="bob"' in form.group(0)
     bob.refresh_from_db()
 
 
 def test_an_account_of_another_tenant_joins_without_a_reset_link(admin, acme, charlie):  # noqa: ANN001
     response = admin.post(f"{MEMBERS}invite", {"username": "charlie", "role": "reviewer"})
     assert response.status_code == 200
-    assert b"already has an account" in response.content
-    assert b"invite-link" not in response.content
+    html = response.content.decode()
+    assert "No set-password link is offered for an existing account" in html
+    assert "invite-link" not in html
+    # Nothing says where else the account belongs, or whether it has a password.
+    assert "globex" not in html and "password already" not in html
     assert permissions_of(user=charlie, tenant=acme) == {roles.REVIEW}
 
 
@@ -127,7 +191,8 @@ def test_no_admin_can_mint_a_password_link_for_an_account_others_rely_on(acme, g
 def test_an_incomplete_invitation_is_refused_field_by_field(admin, data, field):  # noqa: ANN001
     response = admin.post(f"{MEMBERS}invite", data)
     assert response.status_code == 400
-    assert f'id="id_{field}-error"'.encode() in response.content
+    assert f'id="invite_{field}_error"'.encode() in response.content
+    assert markup_problems(response.content.decode()) == []
     assert not User.objects.filter(username="x").exists()
 
 
@@ -161,6 +226,64 @@ def test_the_last_admin_cannot_step_down_or_be_removed(admin, acme, alice):  # n
         assert response.status_code == 409
         assert b"only admin" in response.content
     assert roles.ADMIN in permissions_of(user=alice, tenant=acme)
+
+
+def section_of(response) -> str:  # noqa: ANN001
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section id="members-section"'), html[:200]
+    assert html.rstrip().endswith("</section>")
+    return html
+
+
+@pytest.mark.parametrize(
+    ("path", "data"), [("role", {"role": "operator"}), ("remove", {}), ("role", {"role": "x"})]
+)
+def test_an_htmx_refusal_answers_with_the_section_saying_why_and_the_real_role(
+    admin, acme, alice, path, data
+):  # noqa: ANN001
+    response = admin.post(f"{MEMBERS}{alice.pk}/{path}", data, HTTP_HX_REQUEST="true")
+    assert response.status_code == (400 if data.get("role") == "x" else 409)
+    html = section_of(response)
+    refusal = re.search(r'<p class="error" role="alert" id="refusal">([^<]+)</p>', html)
+    assert refusal, "the sentence is inside the swapped section"
+    expected = "Choose one of the roles." if data.get("role") == "x" else "only admin"
+    assert expected in refusal.group(1)
+    row = re.search(rf'<tr id="member-{alice.pk}".*?</tr>', html, re.S).group(0)
+    assert re.findall(r"<option [^>]*selected>", row) == ['<option value="admin" selected>']
+    assert roles.ADMIN in permissions_of(user=alice, tenant=acme)
+
+
+def test_a_refusal_on_the_whole_page_stands_in_the_members_section(admin, alice):  # noqa: ANN001
+    response = admin.post(f"{MEMBERS}{alice.pk}/remove")
+    assert response.status_code == 409
+    section = re.search(
+        r'<section id="members-section".*?</section>', response.content.decode(), re.S
+    ).group(0)
+    assert 'id="refusal"' in section and "only admin" in section
+
+
+def test_every_id_on_the_members_page_is_unique_and_each_label_names_its_own_field(
+    admin, alice, carol, run
+):  # noqa: ANN001
+    from tenants.grants import run_grant_create
+
+    run_grant_create(tenant=run.tenant, run_id=run.pk, user=carol, actor=Actor(user=alice))
+    token_issue(tenant=run.tenant, user=carol, actor=Actor.system("t"))
+    pages = [
+        admin.get(MEMBERS),
+        admin.post(f"{MEMBERS}invite", {"username": "no spaces", "role": "one_run"}),
+        admin.post(f"{MEMBERS}grants", {"username": "", "run": "x"}),
+        admin.post(f"{MEMBERS}{alice.pk}/tokens", {"name": "x" * 101}),
+    ]
+    for response in pages:
+        html = response.content.decode()
+        assert markup_problems(html) == [], response.request["PATH_INFO"]
+    html = pages[0].content.decode()
+    for form, prefix in (("invite", "invite"), ("grants", "grant")):
+        fields = re.search(rf'<form [^>]*action="/members/{form}".*?</form>', html, re.S).group(0)
+        assert f'<label for="{prefix}_username">' in fields
+        assert f'id="{prefix}_username"' in fields
+        assert f'id="{prefix}_run"' in fields
 
 
 def test_removing_a_member_stops_their_token_at_once(admin, acme, bob, api_as, run):  # noqa: ANN001

@@ -92,3 +92,21 @@ def test_the_sign_in_form_still_needs_its_csrf_token(bob):  # noqa: ANN001
     client = Client(enforce_csrf_checks=True)
     response = client.post("/login/", {"username": "bob", "password": PASSWORD})
     assert response.status_code == 403
+
+
+def test_the_refusal_says_it_is_for_this_username_when_that_limit_tripped(bob):  # noqa: ANN001
+    fail("bob", 3)
+    response = attempt("bob", PASSWORD)
+    assert response.status_code == 429
+    assert b"for this username from your address" in response.content
+    assert b"for any username" not in response.content
+
+
+def test_the_refusal_says_it_is_for_the_address_when_that_limit_tripped(bob):  # noqa: ANN001
+    for index in range(10):
+        fail(f"guess{index}", 1)
+    response = attempt("bob", PASSWORD)
+    assert response.status_code == 429
+    assert b"from your address, for any username" in response.content
+    assert b"for this username" not in response.content
+    assert b"Try again in 10 minutes" in response.content

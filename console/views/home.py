@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -31,7 +33,11 @@ def tenant_switch(request: HttpRequest) -> HttpResponse:
     """Make another of the user's tenants the current one (stored in the session)."""
     if not request.user.is_authenticated:
         return redirect("console:login")
-    tenant = tenants_of(request.user).filter(pk=request.POST.get("tenant") or None).first()
+    try:
+        chosen = uuid.UUID(str(request.POST.get("tenant", "")))
+    except ValueError:
+        chosen = None  # not an id at all: the same answer as a tenant one is not a member of
+    tenant = tenants_of(request.user).filter(pk=chosen).first() if chosen else None
     if tenant is None:
         raise Http404("You are not a member of that tenant.")
     request.session[SESSION_TENANT_KEY] = str(tenant.pk)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -27,10 +27,25 @@ EXPORTS = {
 
 
 def _filters(request: HttpRequest) -> tuple[AuditFilterForm, dict]:
+    """The form, and the filters it could read: an invalid one shows its error and is left
+    out; the others still apply."""
     form = AuditFilterForm(request.GET or None, actions=audit_actions(request.console.tenant))
-    # An invalid filter shows its error and filters by nothing else it could not read.
-    filters = form.cleaned_data if form.is_bound and form.is_valid() else {}
-    return form, filters
+    if not form.is_bound:
+        return form, {}
+    form.is_valid()
+    # Django keeps the cleaned value of every field that passed, and only those.
+    return form, dict(form.cleaned_data)
+
+
+def _query(form: AuditFilterForm) -> str:
+    """The query string of the filters that apply (for the pager and the export links)."""
+    query = QueryDict(mutable=True)
+    if form.is_bound:
+        for name in form.fields:
+            value = form.data.get(name, "")
+            if name not in form.errors and value:
+                query[name] = value
+    return query.urlencode()
 
 
 def _before(request: HttpRequest) -> int | None:
@@ -44,12 +59,11 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     form, filters = _filters(request)
     rows = audit_events(tenant=request.console.tenant, filters=filters)
     page = audit_page(rows, before=_before(request), size=PAGE_SIZE)
-    query = request.GET.copy()
-    query.pop("before", None)
     context = {
         "form": form,
         "page": page,
-        "filter_query": query.urlencode(),
+        "filter_query": _query(form),
+        "left_out": [form[name].label for name in form.fields if name in form.errors],
         "paged": _before(request) is not None,
     }
     return render(request, "tenants/audit.html", context, status=400 if form.errors else 200)
@@ -60,10 +74,11 @@ def audit_log(request: HttpRequest) -> HttpResponse:
 def audit_export(request: HttpRequest, export_format: str) -> HttpResponse:
     form, filters = _filters(request)
     if form.errors:
+        # An export never leaves a filter out: it would hand over more than was asked for.
         return render(
             request,
             "tenants/audit.html",
-            {"form": form, "page": None, "filter_query": ""},
+            {"form": form, "page": None, "filter_query": "", "export_refused": True},
             status=400,
         )
     tenant = request.console.tenant

@@ -12,7 +12,7 @@ from django.urls import reverse_lazy
 
 from tenants.selectors import tenants_of
 from tenants.services import Actor, audit_record
-from tenants.throttle import login_failure_record, login_success_record, login_throttle_wait
+from tenants.throttle import login_failure_record, login_success_record, login_throttle_refusal
 
 log = logging.getLogger("cairn.security")
 
@@ -31,16 +31,26 @@ class SignInView(auth_views.LoginView):
 
     def post(self, request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
         username = str(request.POST.get("username", ""))[:150]
-        wait = login_throttle_wait(username=username, ip=client_ip(request))
-        if wait:
-            log.warning("sign-in throttled", extra={"username": username, "ip": client_ip(request)})
+        refusal = login_throttle_refusal(username=username, ip=client_ip(request))
+        if refusal:
+            log.warning(
+                "sign-in throttled",
+                extra={
+                    "username": username,
+                    "ip": client_ip(request),
+                    "limit": "address" if refusal.per_address else "username",
+                },
+            )
             response = render(
                 request,
                 "tenants/login_throttled.html",
-                {"minutes": max(1, (wait + 59) // 60)},
+                {
+                    "minutes": max(1, (refusal.seconds + 59) // 60),
+                    "per_address": refusal.per_address,
+                },
                 status=429,
             )
-            response["Retry-After"] = str(wait)
+            response["Retry-After"] = str(refusal.seconds)
             return response
         return super().post(request, *args, **kwargs)
 

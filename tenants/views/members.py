@@ -16,7 +16,7 @@ from checkpoints.errors import CairnError, NotFound
 from console.access import console_view
 from tenants import roles
 from tenants.forms import ONE_RUN, GrantForm, InviteForm, RoleForm, TokenForm
-from tenants.grants import run_grant_create, run_grant_revoke
+from tenants.grants import run_grant_revoke, run_grant_to_member
 from tenants.members import member_invite, member_password_link
 from tenants.models import ApiToken
 from tenants.selectors import tenant_grants, tenant_members
@@ -54,6 +54,8 @@ def _member(request: HttpRequest, user_id: int):  # noqa: ANN202
 
 
 def _refused(request: HttpRequest, error: CairnError) -> HttpResponse:
+    """The refusal inside the members section, which is what an htmx request swaps (it
+    swaps 400, 409, 422 and 429 like a 200), with every member's actual role again."""
     if error.status == 404:
         raise Http404(error.detail)
     return _page(request, status=error.status, refusal=error.detail)
@@ -87,7 +89,9 @@ def invite(request: HttpRequest) -> HttpResponse:
         if field in form.fields:
             form.add_error(field, error.detail)
             return _page(request, status=400, invite_form=form)
-        return _page(request, status=error.status, refusal=error.detail, invite_form=form)
+        # Next to the form it refuses (an invitation is a whole-page post).
+        form.add_error(None, error.detail)
+        return _page(request, status=error.status, invite_form=form)
     link = (
         request.build_absolute_uri(invitation.set_password_path)
         if invitation.set_password_path
@@ -183,21 +187,17 @@ def grant(request: HttpRequest) -> HttpResponse:
     form = GrantForm(request.POST)
     if not form.is_valid():
         return _page(request, status=400, grant_form=form)
-    user = get_user_model().objects.filter(username=form.cleaned_data["username"]).first()
-    if user is None:
-        form.add_error("username", "No such user; invite them as a reviewer of one run.")
-        return _page(request, status=400, grant_form=form)
     try:
-        run_grant_create(
+        granted = run_grant_to_member(
             tenant=request.console.tenant,
             run_id=form.cleaned_data["run"],
-            user=user,
+            username=form.cleaned_data["username"],
             actor=request.console.actor,
         )
     except NotFound as error:
-        form.add_error("run", error.detail)
+        form.add_error(next(iter(error.fields or {}), "run"), error.detail)
         return _page(request, status=400, grant_form=form)
-    return _done(request, f"{user.get_username()} may now review that run's approvals.")
+    return _done(request, f"{granted.user.get_username()} may now review that run's approvals.")
 
 
 @require_POST
