@@ -27,6 +27,18 @@ def panel(page):  # noqa: ANN001, ANN201
     return page.locator("#run-actions")
 
 
+def review_fork(page, *, sequence: str, reason: str, patch: str = ""):  # noqa: ANN001, ANN201
+    """Fill the fork form and ask what will happen; returns the actions panel."""
+    actions = panel(page)
+    actions.get_by_role("button", name="Fork…").click()
+    actions.get_by_label("From checkpoint").select_option(sequence)
+    if patch:
+        actions.get_by_label("Change the inputs (optional)").fill(patch)
+    actions.get_by_label("Reason").fill(reason)
+    actions.get_by_role("button", name="Review what will happen").click()
+    return actions
+
+
 def test_an_operator_forks_a_run_from_an_older_checkpoint(
     live_server,
     page,
@@ -39,12 +51,9 @@ def test_an_operator_forks_a_run_from_an_older_checkpoint(
     operation(published, "publish-1", "confirmed")
     login(page, bob)
     open_run(page, live_server, published)
-    actions = panel(page)
-    actions.get_by_role("button", name="Fork…").click()
-    actions.get_by_label("From checkpoint").select_option("2")
-    actions.get_by_label("Change the inputs (optional)").fill('{"lang": "de"}')
-    actions.get_by_label("Reason").fill("try the German sources")
-    actions.get_by_role("button", name="Review what will happen").click()
+    actions = review_fork(
+        page, sequence="2", reason="try the German sources", patch='{"lang": "de"}'
+    )
 
     # Before the fork is made, the page says which confirmed effect may happen again.
     warning = actions.get_by_role("alert")
@@ -134,11 +143,7 @@ def test_an_action_on_a_run_that_changed_after_the_page_loaded_is_refused(
 def test_a_double_click_on_create_the_fork_makes_one_fork(live_server, page, login, bob, at_review):  # noqa: ANN001, E501
     login(page, bob)
     open_run(page, live_server, at_review)
-    actions = panel(page)
-    actions.get_by_role("button", name="Fork…").click()
-    actions.get_by_label("From checkpoint").select_option("2")
-    actions.get_by_label("Reason").fill("try again from the draft")
-    actions.get_by_role("button", name="Review what will happen").click()
+    actions = review_fork(page, sequence="2", reason="try again from the draft")
     actions.get_by_role("button", name="Create the fork").dblclick()
     page.wait_for_url(lambda url: str(at_review.pk) not in url)
     expect(page.locator("#fork-parent")).to_contain_text("Forked from run")
