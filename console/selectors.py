@@ -16,6 +16,7 @@ from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from checkpoints.models import ExternalOperation, OperationStatus, Run, RunStatus
+from checkpoints.selectors import run_id_prefix_bounds
 from tenants.models import Tenant
 
 # sort key in the URL → model field; every order ends with the primary key for a stable
@@ -92,13 +93,9 @@ def runs_matching(tenant: Tenant, filters: dict[str, Any]) -> QuerySet[Run]:
 def _search(text: str) -> Q:
     text = text.strip()
     match = Q(objective_ref__icontains=text)
-    compact = text.lower().replace("-", "")
-    if 4 <= len(compact) <= 32 and all(c in "0123456789abcdef" for c in compact):
-        # An id prefix as people copy it from the table: a primary-key range, which the
-        # index answers on every database (no text cast of the uuid).
-        low = uuid.UUID(compact.ljust(32, "0"))
-        high = uuid.UUID(compact.ljust(32, "f"))
-        match |= Q(pk__gte=low, pk__lte=high)
+    bounds = run_id_prefix_bounds(text)
+    if bounds:
+        match |= Q(pk__range=bounds)
     return match
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import QuerySet
 
+from checkpoints.selectors import run_id_prefix_bounds
 from tenants.models import AuditEvent, Tenant
 from tenants.services import Actor, audit_record
 
@@ -52,23 +52,13 @@ def audit_events(*, tenant: Tenant, filters: dict[str, Any]) -> QuerySet[AuditEv
     if filters.get("actor"):
         rows = rows.filter(actor_label__iexact=filters["actor"].strip())
     if filters.get("run"):
-        low, high = uuid_prefix_bounds(filters["run"])
-        rows = rows.filter(run_id=low) if low == high else rows.filter(run_id__range=(low, high))
+        # The form admits only a run id or a prefix of one (``run_id_prefix_bounds``).
+        rows = rows.filter(run_id__range=run_id_prefix_bounds(filters["run"]))
     if filters.get("since"):
         rows = rows.filter(created_at__gte=filters["since"])
     if filters.get("until"):
         rows = rows.filter(created_at__lt=filters["until"])
     return rows.order_by("-id")
-
-
-def uuid_prefix_bounds(text: str) -> tuple[uuid.UUID, uuid.UUID]:
-    """The lowest and highest UUID starting with ``text`` (a full id, or 1 to 32 hex digits,
-    dashes ignored), for a range on the id column that its index answers on every database
-    (no text cast of the uuid). Raises ValueError for anything else."""
-    compact = str(text).strip().lower().replace("-", "")
-    if not 1 <= len(compact) <= 32 or any(c not in "0123456789abcdef" for c in compact):
-        raise ValueError(f"not a uuid prefix: {text!r}")
-    return uuid.UUID(compact.ljust(32, "0")), uuid.UUID(compact.ljust(32, "f"))
 
 
 def details_json(details: Any) -> str:

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import uuid
-
 from django import forms
 from django.contrib.auth.validators import UnicodeUsernameValidator
 
+from checkpoints.selectors import RUN_ID_PREFIX_MIN, run_id_prefix_bounds
 from tenants import roles
-from tenants.audit import uuid_prefix_bounds
 
 ROLE_LABELS = {"reviewer": "Reviewer", "operator": "Operator", "admin": "Admin"}
 ONE_RUN = "one_run"
-RUN_PREFIX_MIN = 4
 
 
 class InviteForm(forms.Form):
@@ -89,21 +86,10 @@ class AuditFilterForm(forms.Form):
         self.fields["action"].choices = [("", "Any action"), *[(a, a) for a in actions]]
 
     def clean_run(self) -> str:
-        """A full run id (normalized) or a hex prefix of one, as the table shows it."""
+        """A full run id or a hex prefix of one, as the table shows it."""
         text = self.cleaned_data["run"].strip().lower()
-        if not text:
-            return ""
-        try:
-            return str(uuid.UUID(text))
-        except ValueError:
-            pass
-        compact = text.replace("-", "")
-        try:
-            uuid_prefix_bounds(compact)
-        except ValueError:
-            compact = ""
-        if len(compact) < RUN_PREFIX_MIN:
+        if text and run_id_prefix_bounds(text) is None:
             raise forms.ValidationError(
-                f"Enter a run id, or at least its first {RUN_PREFIX_MIN} characters (0-9, a-f)."
+                f"Enter a run id, or at least its first {RUN_ID_PREFIX_MIN} characters (0-9, a-f)."
             )
-        return compact
+        return text
