@@ -127,7 +127,7 @@ def _amount(value: float | int) -> str:
 
 def _grant_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
     # Refused here (shown on the form) exactly as the grant itself would be refused.
-    after = grant_plan(run, **{k: data.get(k) for k in (*GRANT_KEYS, "deadline")})
+    after = grant_plan(run, **{k: data.get(k) for k in (*GRANT_KEYS, "deadline")}).limits
     lines = [
         f"{name.capitalize()}: limit {_amount(run.budget_limits[key])} → {_amount(after[key])}."
         for name, key in GRANT_KEYS.items()

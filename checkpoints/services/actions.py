@@ -18,6 +18,7 @@ becomes a no-op; an action that leaves the run able to continue therefore enqueu
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -282,6 +283,12 @@ def grant_refusal_while_leased(run: Run) -> str | None:
     )
 
 
+@dataclass(frozen=True)
+class GrantPlan:
+    limits: dict[str, Any]  # the run's budget limits after the grant
+    granted: dict[str, Any]  # what is added (attempts, tokens, cost) and the new deadline
+
+
 def grant_plan(
     run: Run,
     *,
@@ -289,7 +296,7 @@ def grant_plan(
     tokens: int | None = None,
     cost: float | int | None = None,
     deadline: datetime | str | None = None,
-) -> dict[str, Any]:
+) -> GrantPlan:
     """The run's budget limits after granting these amounts (a later ``deadline`` extends
     it), with every refusal of ``run_grant_budget``, so a confirmation can show the limits
     after or why not before anyone confirms. Reads nothing more than the run.
@@ -334,7 +341,8 @@ def grant_plan(
                 f"The new deadline must be later than the current one ({current})."
             )
         limits["deadline"] = new_deadline.isoformat()
-    return limits
+    granted = {**amounts, **({"deadline": limits["deadline"]} if new_deadline else {})}
+    return GrantPlan(limits=limits, granted=granted)
 
 
 def run_grant_budget(
@@ -368,10 +376,8 @@ def run_grant_budget(
         run = locked_run(tenant=tenant, run_id=run_id)
         expected = version_check(run, expected_version)
         before = dict(run.budget_limits)
-        limits = grant_plan(run, attempts=attempts, tokens=tokens, cost=cost, deadline=deadline)
-        amounts = _grant_amounts(attempts, tokens, cost)
-        extended = limits.get("deadline") != before.get("deadline")
-        version = version_bump(run, expected, budget_limits=limits)
+        plan = grant_plan(run, attempts=attempts, tokens=tokens, cost=cost, deadline=deadline)
+        version = version_bump(run, expected, budget_limits=plan.limits)
         if run.status in (RunStatus.RUNNING, RunStatus.WAITING_RETRY):
             enqueue_continue(run, version, available_at=run.next_eligible_at)
         audit_record(
@@ -379,16 +385,14 @@ def run_grant_budget(
             actor=actor,
             action="run.budget_grant",
             run_id=run.id,
-            target=", ".join(f"{k} +{v}" for k, v in amounts.items())
-            + (" deadline" if extended else ""),
+            target=", ".join(
+                "deadline" if k == "deadline" else f"{k} +{v}" for k, v in plan.granted.items()
+            ),
             reason=reason,
             details={
-                "granted": {
-                    **amounts,
-                    **({"deadline": limits["deadline"]} if extended else {}),
-                },
+                "granted": plan.granted,
                 "limits_before": before,
-                "limits_after": limits,
+                "limits_after": plan.limits,
             },
         )
     return run_reload(run)
