@@ -19,16 +19,21 @@ from tests.approvals_support import ask, at_review, draft
 from tests.factories import UserFactory
 
 
-@pytest.fixture
-def two_requests(acme, bob, run, workflow):  # noqa: ANN001
-    """Run A (granted) and run B (not), each waiting for approval of its own draft."""
-    other = run_create(
+def another_run(acme, bob):  # noqa: ANN001, ANN201
+    """A second run of the tenant, besides the ``run`` fixture's."""
+    return run_create(
         tenant=acme,
         workflow_type="research",
         inputs={"question": "and this?"},
         execution="external",
         actor=Actor(user=bob),
     )
+
+
+@pytest.fixture
+def two_requests(acme, bob, run, workflow):  # noqa: ANN001
+    """Run A (granted) and run B (not), each waiting for approval of its own draft."""
+    other = another_run(acme, bob)
     drafts = draft(acme, "draft of A\n"), draft(acme, "draft of B\n")
     requests = []
     for each, artifact in zip((run, other), drafts, strict=True):
@@ -175,13 +180,7 @@ def test_admins_grant_and_withdraw_from_the_members_page(alice, acme, carol, run
 
 
 def test_a_one_run_reviewer_may_be_granted_another_run(alice, acme, bob, dave, run):  # noqa: ANN001
-    other = run_create(
-        tenant=acme,
-        workflow_type="research",
-        inputs={"question": "and this?"},
-        execution="external",
-        actor=Actor(user=bob),
-    )
+    other = another_run(acme, bob)
     run_grant_to_member(tenant=acme, run_id=other.pk, username="dave", actor=Actor(user=alice))
     assert set(RunGrant.objects.filter(user=dave).values_list("run_id", flat=True)) == {
         run.pk,
