@@ -1,0 +1,92 @@
+"""Where a 2 KB commit's time goes (not a test): the commit, then each of its parts on its
+own, in one process on a scratch PostgreSQL database.
+
+    .venv/bin/python bench/commit_profile.py [--rounds 500]
+
+Prints the median time of each part. The README's performance section quotes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import recreate_database, setup_django, time_each  # noqa: E402
+
+DB = "cairn_commit_profile"
+
+
+def median_ms(operation: Callable[[], object], rounds: int) -> float:
+    return statistics.median(time_each(lambda _i: operation(), rounds, warmup=min(50, rounds)))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=500)
+    rounds = parser.parse_args().rounds
+    recreate_database(DB)
+    setup_django(DB)
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from django.db import connection
+
+    from bench import cairn_side
+    from checkpoints import crypto
+    from checkpoints import envelope as env
+    from checkpoints.models import Run
+    from checkpoints.services.checkpoints import _check_client_groups, checkpoint_build, run_get
+
+    tenant = cairn_side.tenant()
+    committer = cairn_side.Committer(tenant, 2000)
+    run_id = committer.run.id
+    run = run_get(tenant=tenant, run_id=run_id)
+    full = checkpoint_build(
+        run=run,
+        checkpoint_id=uuid.uuid4(),
+        sequence=2,
+        parent=(None, "0" * 64),
+        state="s",
+        step="s",
+        groups=committer.groups,
+    )
+    canonical = env.canonical_json(full)
+
+    def raw_select() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT * FROM checkpoints_run r JOIN checkpoints_workflowdefinition w "
+                "ON w.id = r.workflow_id WHERE r.id = %s AND r.tenant_id = %s",
+                [run_id, tenant.id],
+            )
+            cursor.fetchone()
+
+    parts = [
+        ("the whole commit (checkpoint_commit)", committer),
+        ("read the run with its workflow (ORM)", lambda: run_get(tenant=tenant, run_id=run_id)),
+        ("the same read on a raw cursor", raw_select),
+        ("read the run alone (ORM)", lambda: Run.objects.get(tenant=tenant, pk=run_id)),
+        ("JSON Schema validation", lambda: env.validate(full)),
+        ("credential scan and size check", lambda: _check_client_groups(committer.groups)),
+        ("RFC 8785 canonical JSON", lambda: env.canonical_json(full)),
+        (
+            "AES-GCM seal",
+            lambda: crypto.seal(
+                canonical, tenant_id=tenant.id, table="t", row_id=uuid.uuid4(), field="f"
+            ),
+        ),
+    ]
+    print(f"Median of {rounds} rounds, 2 KB state, PostgreSQL on loopback:")
+    for name, operation in parts:
+        print(f"  {name:40} {median_ms(operation, rounds):7.3f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
