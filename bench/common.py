@@ -95,15 +95,22 @@ def write_json(path: Path, data: object) -> None:
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")
 
 
-def setup_django(database: str = BENCH_DB) -> None:
-    """Configure Cairn against the scratch database (call once, before importing Cairn)."""
+def setup_django(database: str = BENCH_DB, *, home: Path | None = None, **environ: str) -> None:
+    """Configure Cairn against the scratch database (call once, before importing Cairn).
+
+    Without ``home`` each run seals with a fresh key in the environment, which the worker
+    and server processes it starts inherit. A fixed ``home`` keeps its key file instead, for
+    a benchmark that measures a database seeded by an earlier run. ``environ`` sets further
+    variables.
+    """
     os.environ["DATABASE_URL"] = db_url(database)
+    os.environ.update(environ)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cairn.settings")
     os.environ.setdefault("CELERY_BROKER_URL", REDIS_URL)
-    os.environ.setdefault("CAIRN_HOME", str(RESULTS / ".home"))
     os.environ["CAIRN_DISPATCH_ON_COMMIT"] = "0"
     os.environ.setdefault("CAIRN_LOG_LEVEL", "WARNING")
-    if not os.environ.get("CAIRN_ENCRYPTION_KEYS"):
+    os.environ.setdefault("CAIRN_HOME", str(home or RESULTS / ".home"))
+    if home is None and not os.environ.get("CAIRN_ENCRYPTION_KEYS"):
         from checkpoints.crypto import new_key_spec
 
         # Worker processes and gunicorn inherit the same key.

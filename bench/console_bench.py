@@ -21,8 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PG_SERVER = os.environ.get("BENCH_PG_SERVER", "postgres://postgres@127.0.0.1:5432")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import ROOT, recreate_database, setup_django  # noqa: E402
+
 DB_NAME = os.environ.get("CONSOLE_BENCH_DB", "cairn_console_bench")
 TARGET_MS = 150.0
 
@@ -37,32 +39,6 @@ STATUSES = [
     ("cancelled", 4),
 ]
 STATES = ["collect_sources", "draft_answer", "review", "publish", "done", "rejected"]
-
-
-def setup_django() -> None:
-    sys.path.insert(0, str(ROOT))
-    os.environ["DATABASE_URL"] = f"{PG_SERVER}/{DB_NAME}"
-    # A fixed home (git-ignored) so --reuse finds the key the envelopes were sealed with.
-    os.environ.setdefault("CAIRN_HOME", str(ROOT / "var" / "console-bench"))
-    os.environ["DJANGO_DEBUG"] = "false"
-    os.environ["DJANGO_ALLOWED_HOSTS"] = "testserver"
-    os.environ["CELERY_BROKER_URL"] = "memory://"
-    os.environ["CAIRN_DISPATCH_ON_COMMIT"] = "false"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cairn.settings")
-    import django
-
-    django.setup()
-
-
-def recreate_database() -> None:
-    import psycopg
-
-    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
-        conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [DB_NAME]
-        )
-        conn.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}"')
-        conn.execute(f'CREATE DATABASE "{DB_NAME}"')
 
 
 def status_case_sql() -> str:
@@ -217,8 +193,14 @@ def main() -> None:
     args = parser.parse_args()
 
     if not args.reuse:
-        recreate_database()
-    setup_django()
+        recreate_database(DB_NAME)
+    setup_django(
+        DB_NAME,
+        home=ROOT / "var" / "console-bench",
+        DJANGO_DEBUG="false",
+        DJANGO_ALLOWED_HOSTS="testserver",
+        CELERY_BROKER_URL="memory://",
+    )
     from django.core.management import call_command
     from django.test import Client
     from django.urls import reverse

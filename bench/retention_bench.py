@@ -33,35 +33,13 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PG_SERVER = os.environ.get("BENCH_PG_SERVER", "postgres://postgres@127.0.0.1:5432")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import ROOT, recreate_database, setup_django  # noqa: E402
+
 DB_NAME = os.environ.get("RETENTION_BENCH_DB", "cairn_retention_bench")
 JOB_APP = "cairn-retention-bench-job"
 ENVELOPE_BYTES = 1400  # a small real envelope, sealed and base64-encoded
-
-
-def setup_django() -> None:
-    sys.path.insert(0, str(ROOT))
-    os.environ["DATABASE_URL"] = f"{PG_SERVER}/{DB_NAME}"
-    os.environ.setdefault("CAIRN_HOME", str(ROOT / "var" / "retention-bench"))
-    os.environ["CELERY_BROKER_URL"] = "memory://"
-    os.environ["CAIRN_DISPATCH_ON_COMMIT"] = "false"
-    os.environ["CAIRN_LOG_LEVEL"] = "WARNING"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cairn.settings")
-    import django
-
-    django.setup()
-
-
-def recreate_database() -> None:
-    import psycopg
-
-    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
-        conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [DB_NAME]
-        )
-        conn.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}"')
-        conn.execute(f'CREATE DATABASE "{DB_NAME}"')
 
 
 def seed_bulk(tenant, workflow, runs: int, per_run: int) -> None:  # noqa: ANN001
@@ -237,8 +215,8 @@ def main() -> None:
     args = parser.parse_args()
 
     print(f"Recreating {DB_NAME} and migrating…", flush=True)
-    recreate_database()
-    setup_django()
+    recreate_database(DB_NAME)
+    setup_django(DB_NAME, home=ROOT / "var" / "retention-bench", CELERY_BROKER_URL="memory://")
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
