@@ -80,7 +80,9 @@ def test_the_menu_shows_an_operator_the_runs_only(bob):  # noqa: ANN001
 
 
 def test_the_menu_shows_a_reviewer_the_approvals_only(carol):  # noqa: ANN001
-    labels = nav_labels(client_for(carol).get(reverse("console:home")).content.decode())
+    labels = nav_labels(
+        client_for(carol).get(reverse("console:home"), follow=True).content.decode()
+    )
     assert labels == ["Approvals"]
 
 
@@ -90,9 +92,10 @@ def test_no_admin_entry_is_shown_below_admin(bob, carol):  # noqa: ANN001
         assert not ADMIN_ONLY & set(nav_labels(html))
 
 
-def test_a_reviewer_lands_on_a_home_page_not_the_runs(carol):
+def test_a_reviewer_lands_on_the_review_queue_not_the_runs(carol):
     response = client_for(carol).get(reverse("console:home"))
-    assert response.status_code == 200
+    assert response.status_code == 302
+    assert response.url == reverse("approvals:inbox")
     assert client_for(carol).get(reverse("console:runs")).status_code == 403
 
 

@@ -15,7 +15,8 @@ from tenants.selectors import SESSION_TENANT_KEY, tenants_of
 
 
 def home(request: HttpRequest) -> HttpResponse:
-    """Operators land on the runs; everyone else sees what their role offers."""
+    """Operators land on the runs, reviewers on their queue; anyone else sees what their
+    role offers."""
     if not request.user.is_authenticated:
         return redirect("console:login")
     return _home(request)
@@ -25,6 +26,8 @@ def home(request: HttpRequest) -> HttpResponse:
 def _home(request: HttpRequest) -> HttpResponse:
     if request.console.can(roles.OPERATE):
         return redirect("console:runs")
+    if any(request.console.can(permission) for permission in roles.REVIEWERS):
+        return redirect("approvals:inbox")
     return render(request, "console/home.html", {"menu": menu_for(request.console.permissions)})
 
 
