@@ -10,6 +10,7 @@ from django.test import Client
 from checkpoints.models import ExternalOperation, Run, RunStatus
 from checkpoints.services.leases import lease_acquire
 from console.access import ConsoleAccess
+from tenants.models import AuditEvent
 from tenants.services import Actor, permissions_of
 from tests.actions_support import advance, audit_events, operation, worker_run
 from tests.publishing import free_port
@@ -98,18 +99,42 @@ def test_an_action_without_a_reason_is_refused_with_a_form_error(console, wrun):
     assert wrun.status == RunStatus.WAITING_APPROVAL
 
 
-def test_a_stale_version_is_refused_before_confirmation(console, wrun, bob):
+# What each action's form needs besides the version and the reason, so that only the
+# version can be what refuses it.
+ACTION_DATA = {
+    "cancel": {},
+    "resume": {},
+    "retry": {"step": "draft"},
+    "fork": {"from_sequence": "1"},
+    "grant_budget": {"attempts": "1"},
+}
+
+
+def written(run) -> tuple[int, int, int]:  # noqa: ANN001
+    """What an action could write: runs (a fork), the run's checkpoints, its audit events."""
+    return (
+        Run.objects.count(),
+        run.checkpoints.count(),
+        AuditEvent.objects.filter(run_id=run.id).exclude(action="checkpoint.read").count(),
+    )
+
+
+@pytest.mark.parametrize("action", sorted(ACTION_DATA))
+def test_a_stale_version_is_refused_before_confirmation(console, wrun, bob, action):
     seen = wrun.version
     moved = advance(wrun, bob, "review", status="paused_for_review")
+    before = written(moved)
     response = console.post(
-        action_url(moved, "cancel"), {"version": seen, "reason": "x", "confirm": "1"}
+        action_url(moved, action),
+        {"version": seen, "reason": "x", "confirm": "1", **ACTION_DATA[action]},
     )
     html = response.content.decode()
     assert f"you saw version {seen}, it is now at version {moved.version}" in html
     assert "Reload the run" in html
+    version = moved.version
     moved.refresh_from_db()
-    assert moved.status == RunStatus.PAUSED_FOR_REVIEW
-    assert not audit_events(moved, "run.cancel")
+    assert (moved.status, moved.version) == (RunStatus.PAUSED_FOR_REVIEW, version)
+    assert written(moved) == before
 
 
 def test_retry_confirms_the_move_then_appends_a_checkpoint(console, wrun):
@@ -301,25 +326,33 @@ def test_htmx_gets_the_form_as_a_fragment_and_a_client_redirect_at_the_end(conso
     assert done["HX-Redirect"] == f"/runs/{wrun.pk}/"
 
 
-def test_a_reviewer_may_not_open_or_post_an_action(carol, wrun):
+@pytest.mark.parametrize("action", sorted(ACTION_DATA))
+def test_a_reviewer_may_not_open_or_post_an_action(carol, wrun, action):
     client = Client()
     client.force_login(carol)
-    assert client.get(action_url(wrun, "cancel")).status_code == 403
-    assert client.post(action_url(wrun, "cancel"), {"version": 3, "reason": "x"}).status_code == 403
+    before = written(wrun)
+    assert client.get(action_url(wrun, action)).status_code == 403
+    body = {"version": wrun.version, "reason": "x", "confirm": "1", **ACTION_DATA[action]}
+    assert client.post(action_url(wrun, action), body).status_code == 403
+    version = wrun.version
     wrun.refresh_from_db()
-    assert wrun.status == RunStatus.WAITING_APPROVAL
+    assert (wrun.status, wrun.version) == (RunStatus.WAITING_APPROVAL, version)
+    assert written(wrun) == before
 
 
-def test_another_tenants_run_is_not_found(charlie, wrun):
+@pytest.mark.parametrize("action", sorted(ACTION_DATA))
+def test_another_tenants_run_is_not_found(charlie, wrun, action):
     client = Client()
     client.force_login(charlie)
-    response = client.post(
-        action_url(wrun, "cancel"), {"version": wrun.version, "reason": "x", "confirm": "1"}
-    )
-    assert response.status_code == 404
+    before = written(wrun)
+    assert client.get(action_url(wrun, action)).status_code == 404
+    body = {"version": wrun.version, "reason": "x", "confirm": "1", **ACTION_DATA[action]}
+    assert client.post(action_url(wrun, action), body).status_code == 404
     assert client.get(f"/runs/{wrun.pk}/operations/x/outcome/").status_code == 404
+    version = wrun.version
     wrun.refresh_from_db()
-    assert wrun.status == RunStatus.WAITING_APPROVAL
+    assert (wrun.status, wrun.version) == (RunStatus.WAITING_APPROVAL, version)
+    assert written(wrun) == before
 
 
 def test_an_unknown_action_is_not_found(console, wrun):
