@@ -312,8 +312,10 @@ class _Advance:
             ] + [item]
         groups = self.groups(restored, evidence=evidence, used=restored.used)
         groups["control"].update(outcome.evidence.get("control", {}))
+        # The move past an approval state records the decision it used: transition
+        # evidence, which retention keeps.
         if outcome.decision == "approved":
-            return self.commit(state=spec.next, step=spec.state, groups=groups)
+            return self.commit(state=spec.next, step=spec.state, groups=groups, is_evidence=True)
         reason = outcome.reason or "the reviewer rejected the request"
         groups["control"]["reason"] = reason
         return self.commit(
@@ -322,6 +324,7 @@ class _Advance:
             groups=groups,
             status=RunStatus.FAILED,
             reason=reason,
+            is_evidence=True,
         )
 
     # --- writing ----------------------------------------------------------------------------
@@ -366,7 +369,11 @@ class _Advance:
         status: str | None = None,
         reason: str = "",
         next_eligible_at=None,  # noqa: ANN001
+        is_evidence: bool = False,
     ) -> str:
+        """Commit the run's next checkpoint. A plain step's result is not ``is_evidence``:
+        retention may compact it once the run is over (the effect and approval checkpoints
+        that carry transition evidence are marked where they are written)."""
         try:
             result = checkpoint_commit(
                 tenant=self.run.tenant,
@@ -381,7 +388,7 @@ class _Advance:
                 lease_owner=self.keeper.owner,
                 next_eligible_at=next_eligible_at,
                 code_version=self.code.code_version if self.code else "",
-                is_evidence=True,
+                is_evidence=is_evidence,
             )
         except (ConcurrentCheckpointWrite, LeaseHeld, RunNotActive) as exc:
             raise LeaseLost(exc.detail)
