@@ -181,6 +181,12 @@ def _paused_on_an_unknown_outcome(service, acme, count_dir, fault: str) -> Run: 
     assert "cannot be told" in run.status_reason
     assert only_operation(run).status == "unknown"
     assert advance(run).status == RunStatus.PAUSED_FOR_REVIEW  # a stray command changes nothing
+    # While nobody knows the outcome the provider got the request at most once (a failure
+    # before accepting records none), never again.
+    stats = service.stats()
+    assert set(stats["perform_requests"]) <= {operation.idempotency_key}
+    assert stats["perform_requests"].get(operation.idempotency_key, 0) <= 1
+    assert stats["publications"] <= 1
     return run
 
 
