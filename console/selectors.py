@@ -75,7 +75,8 @@ def runs_matching(tenant: Tenant, filters: dict[str, Any]) -> QuerySet[Run]:
     for field in ("created", "updated"):
         if filters.get(f"{field}_from"):
             runs = runs.filter(**{f"{field}_at__gte": _day_start(filters[f"{field}_from"])})
-        if filters.get(f"{field}_to"):
+        # The last day a calendar has bounds nothing (and has no day after it to end at).
+        if filters.get(f"{field}_to") and filters[f"{field}_to"] < date.max:
             end = _day_start(filters[f"{field}_to"] + timedelta(days=1))
             runs = runs.filter(**{f"{field}_at__lt": end})
     if filters.get("restored_more_than") is not None:

@@ -101,6 +101,19 @@ def test_date_ranges_filter_on_whole_days(bob_client, bob, acme, workflow):  # n
     ]
 
 
+def test_the_first_and_last_days_of_the_calendar_are_ranges_like_any_other(
+    bob_client, bob, acme, workflow
+):  # noqa: ANN001
+    """A range to 9999-12-31 once tried to start the day after it: a 500."""
+    run = plain_run(acme, bob)
+    for bounds in (
+        {"created_to": "9999-12-31"},
+        {"updated_to": "9999-12-31", "updated_from": "0001-01-01"},
+        {"created_from": "0001-01-01"},
+    ):
+        assert row_ids(get(bob_client, **bounds)) == [str(run.pk)], bounds
+
+
 def test_an_invalid_filter_is_shown_and_ignored(bob_client, bob, acme, workflow):  # noqa: ANN001
     run = plain_run(acme, bob)
     html = get(
