@@ -91,3 +91,15 @@ def worker_run(tenant: Tenant, user) -> Run:  # noqa: ANN001
         execution="worker",
         actor=Actor(user=user),
     )
+
+
+def start_demo(tenant: Tenant, user) -> Run:  # noqa: ANN001
+    """A run of the demo ``research`` workflow (Python steps: worker execution), started by
+    ``user`` with a budget that lasts the whole story."""
+    return run_create(
+        tenant=tenant,
+        workflow_type="research",
+        inputs={"question": "Why do hikers build cairns?"},
+        budget={"max_attempts": 20, "max_tokens": 100000, "max_cost": 10.0},
+        actor=Actor(user=user),
+    )

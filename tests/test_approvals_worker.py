@@ -15,23 +15,11 @@ from checkpoints.models import Checkpoint, ExternalOperation, Run, RunStatus
 from checkpoints.runtime.executor import run_advance
 from checkpoints.services.checkpoints import checkpoint_envelope, latest_envelope
 from checkpoints.services.retry import run_retry
-from checkpoints.services.runs import run_create
 from tenants.services import Actor
+from tests.approvals_support import start_demo
 from tests.worker_fixtures import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-BUDGET = {"max_attempts": 20, "max_tokens": 100000, "max_cost": 10.0}
-
-
-def start_demo(tenant, user):  # noqa: ANN001, ANN201
-    return run_create(
-        tenant=tenant,
-        workflow_type="research",
-        inputs={"question": "Why do hikers build cairns?"},
-        budget=BUDGET,
-        actor=Actor(user=user),
-    )
 
 
 def pending_request(run) -> ApprovalRequest:  # noqa: ANN001

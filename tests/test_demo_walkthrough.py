@@ -15,9 +15,8 @@ from checkpoints.errors import ActionNotAllowed, ApprovalStale
 from checkpoints.models import Run, RunStatus
 from checkpoints.runtime.executor import run_advance
 from checkpoints.services.actions import run_resume
-from checkpoints.services.runs import run_create
 from tenants.services import Actor
-from tests.approvals_support import ask, at_review, draft, move
+from tests.approvals_support import ask, at_review, draft, move, start_demo
 from tests.console_data import story_run
 
 pytestmark = pytest.mark.django_db
@@ -110,13 +109,7 @@ def test_the_snapshot_says_nothing_while_the_run_is_at_the_loaded_version(bob, s
 def rejected_demo_run(acme, bob, carol) -> Run:  # noqa: ANN001
     """The demo research run, driven by the real executor in this process, rejected by a
     reviewer: it fails in its final state ``rejected``."""
-    run = run_create(
-        tenant=acme,
-        workflow_type="research",
-        inputs={"question": "Why do hikers build cairns?"},
-        budget={"max_attempts": 20, "max_tokens": 100000, "max_cost": 10.0},
-        actor=Actor(user=bob),
-    )
+    run = start_demo(acme, bob)
     for _ in range(12):
         run.refresh_from_db()
         request = ApprovalRequest.objects.filter(run=run, status=ApprovalStatus.PENDING).first()

@@ -19,6 +19,7 @@ from checkpoints.services.runs import run_create
 from retention.policies import PolicyInput, retention_policy_save
 from retention.services import retention_apply
 from tenants.services import Actor
+from tests.approvals_support import start_demo
 from tests.effects_workflows import effects_demo
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -90,13 +91,7 @@ def test_a_worker_runs_plain_steps_are_compacted_and_its_evidence_stays(acme, fi
 
 
 def test_the_demo_runs_approval_stays_and_its_plain_steps_go(acme, bob, carol):
-    run = run_create(
-        tenant=acme,
-        workflow_type="research",
-        inputs={"question": "Why do hikers build cairns?"},
-        budget={"max_attempts": 20, "max_tokens": 100000, "max_cost": 10.0},
-        actor=Actor(user=bob),
-    )
+    run = start_demo(acme, bob)
     assert advance(run).status == RunStatus.WAITING_APPROVAL
     request = ApprovalRequest.objects.get(run=run)
     approval_decide(

@@ -9,8 +9,7 @@ from playwright.sync_api import expect
 
 from approvals.models import ApprovalRequest, ApprovalStatus
 from checkpoints.models import Checkpoint, Run, RunStatus
-from checkpoints.services.runs import run_create
-from tenants.services import Actor
+from tests.approvals_support import start_demo
 from tests.worker_fixtures import wait_for
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -19,13 +18,7 @@ pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 def test_a_reviewer_approves_the_demo_draft_in_the_browser_and_the_run_moves_on(
     live_server, page, login, screenshot, acme, bob, carol, worker_factory, publishing_service
 ):
-    run = run_create(
-        tenant=acme,
-        workflow_type="research",
-        inputs={"question": "Why do hikers build cairns?"},
-        budget={"max_attempts": 20, "max_tokens": 100000, "max_cost": 10.0},
-        actor=Actor(user=bob),
-    )
+    run = start_demo(acme, bob)
     worker_factory("w1")
     request = wait_for(
         lambda: ApprovalRequest.objects.filter(run=run, status=ApprovalStatus.PENDING).first(),
