@@ -4,7 +4,10 @@ Nothing here writes. The rules:
 
 - a policy covers its tenant's runs of its workflow type; the tenant's default policy
   (blank workflow type) covers the types that have no policy of their own;
-- only terminal runs are touched, never one on legal hold or in a tenant on legal hold;
+- only terminal runs are touched, never one on legal hold or in a tenant on legal hold. A
+  LangGraph thread's runs never end (LangGraph does not tell a checkpointer that a graph
+  finished), so for expiry a thread's run counts as ended when nobody wrote it for the
+  expiry period; compaction leaves them alone (their checkpoints are LangGraph's history);
 - compaction removes a terminal run's intermediate checkpoints once the run ended more than
   ``intermediate_days`` ago (``failed_run_days`` for failed runs when set). It keeps the
   final checkpoint, every ``is_evidence`` checkpoint, and any checkpoint another row points
@@ -21,6 +24,9 @@ from datetime import datetime, timedelta
 
 from django.db.models import Exists, F, Model, OuterRef, Q, QuerySet
 
+from checkpoints.integrations.langgraph_store.threads import (
+    WORKFLOW_TYPE as LANGGRAPH_WORKFLOW_TYPE,
+)
 from checkpoints.models import (
     TERMINAL_STATUSES,
     Artifact,
@@ -67,8 +73,11 @@ def scope_runs(policy: RetentionPolicy) -> QuerySet[Run]:
 
 
 def deletable(runs: QuerySet[Run]) -> QuerySet[Run]:
-    """Terminal runs not under any legal hold."""
-    return runs.filter(status__in=TERMINAL_STATUSES, legal_hold=False, tenant__legal_hold=False)
+    """Terminal runs and LangGraph threads' runs, not under any legal hold. (A thread's run
+    is never due for compaction, whose periods name terminal statuses; it expires once
+    nobody wrote it for the expiry period.)"""
+    ended = Q(status__in=TERMINAL_STATUSES) | Q(workflow_type=LANGGRAPH_WORKFLOW_TYPE)
+    return runs.filter(ended, legal_hold=False, tenant__legal_hold=False)
 
 
 def compaction_due(policy: RetentionPolicy, now: datetime) -> Q:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, TypedDict
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -29,6 +31,8 @@ from checkpoints.integrations.langgraph_store.selectors import thread_runs
 from checkpoints.models import Checkpoint, Run
 from checkpoints.services.checkpoints import run_verify
 from checkpoints.services.keys import keys_rotate
+from retention.policies import PolicyInput, legal_hold_set, retention_policy_save
+from retention.services import retention_apply, retention_preview
 from tenants.models import AuditEvent, Tenant
 from tenants.services import Actor
 
@@ -230,6 +234,33 @@ def test_retention_deleting_cairn_checkpoints_deletes_what_they_recorded(acme):
         Run.objects.filter(pk=first.run_id).delete()
     assert saver.get_tuple(config("t1")) is None
     assert not LangGraphThread.objects.exists()
+
+
+def test_retention_expires_a_thread_nobody_wrote_for_the_expiry_period(acme):
+    """LangGraph never tells a checkpointer that a graph finished, so a thread's run counts
+    as ended for expiry once nobody wrote it for the period; a recent or held one stays."""
+    saver = CairnSaver(tenant="acme")
+    for thread, length in (("idle", 3), ("recent", 2), ("held", 2)):
+        chain(saver, thread, length)
+    runs = {t.thread_id: t.run_id for t in LangGraphThread.objects.all()}
+    long_ago = timezone.now() - timedelta(days=400)
+    Run.objects.filter(pk__in=[runs["idle"], runs["held"]]).update(updated_at=long_ago)
+    admin = Actor.system("test-admin")
+    legal_hold_set(tenant=acme, run_id=runs["held"], on=True, actor=admin)
+    policy = retention_policy_save(
+        tenant=acme, data=PolicyInput(intermediate_days=30, run_expiry_days=365), actor=admin
+    )
+    assert retention_preview(policy).runs_expired == 1
+
+    report = retention_apply()
+
+    assert report.runs_expired == 1
+    assert saver.get_tuple(config("idle")) is None
+    assert not Run.objects.filter(pk=runs["idle"]).exists()
+    assert set(LangGraphThread.objects.values_list("thread_id", flat=True)) == {"recent", "held"}
+    for thread in ("recent", "held"):
+        assert saver.get_tuple(config(thread)).checkpoint["channel_values"] == {"v": 1}
+    assert AuditEvent.objects.filter(action="retention.run_expired", run_id=runs["idle"]).exists()
 
 
 def test_cairn_runs_without_langgraph_installed():
