@@ -104,8 +104,8 @@ def _retention_on() -> None:
 
 
 def _lock_runs(run_ids: list[object], due: Q) -> list[Run]:
-    """Those runs, locked, that are still terminal, unheld and ``due``. A run another
-    transaction holds is left out (we skip it rather than wait)."""
+    """Those runs, locked, that are still deletable (``plan.deletable``), unheld and
+    ``due``. A run another transaction holds is left out (we skip it rather than wait)."""
     runs = plan.deletable(Run.objects.filter(pk__in=run_ids)).filter(due)
     if _postgres():
         runs = runs.select_for_update(skip_locked=True, no_key=True, of=("self",))
