@@ -263,6 +263,27 @@ def test_retention_expires_a_thread_nobody_wrote_for_the_expiry_period(acme):
     assert AuditEvent.objects.filter(action="retention.run_expired", run_id=runs["idle"]).exists()
 
 
+def test_an_idle_branched_thread_expires_its_branch_then_the_run_it_forked_from(acme):
+    saver = CairnSaver(tenant="acme")
+    configs = chain(saver, "branched", 3)
+    checkpoint = generate_checkpoint(channel_values={"v": 9}, channel_versions={"v": 9})
+    saver.put(configs[0], checkpoint, generate_metadata(step=9), {"v": 9})  # a branch
+    root, branch = thread_runs(tenant=acme, thread_id="branched")
+    assert branch.forked_from_run_id == root.id
+    long_ago = timezone.now() - timedelta(days=400)
+    Run.objects.filter(pk__in=[root.id, branch.id]).update(updated_at=long_ago)
+    admin = Actor.system("test-admin")
+    retention_policy_save(
+        tenant=acme, data=PolicyInput(intermediate_days=30, run_expiry_days=365), actor=admin
+    )
+
+    assert retention_apply().runs_expired == 1  # the root still has its fork
+    assert set(Run.objects.values_list("pk", flat=True)) == {root.id}
+    assert retention_apply().runs_expired == 1
+    assert not Run.objects.exists()
+    assert saver.get_tuple(config("branched")) is None
+
+
 def test_cairn_runs_without_langgraph_installed():
     # LangGraph is an optional extra: every app, URL and the store's services load without it.
     code = (
