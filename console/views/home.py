@@ -5,18 +5,17 @@ from __future__ import annotations
 import uuid
 
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from console.access import console_view
-from console.menu import menu_for
 from tenants import roles
 from tenants.selectors import SESSION_TENANT_KEY, tenants_of
 
 
 def home(request: HttpRequest) -> HttpResponse:
-    """Operators land on the runs, reviewers on their queue; anyone else sees what their
-    role offers."""
+    """Operators (and admins) land on the runs, everyone else on the review queue: every
+    role holds one of the two (a reviewer by role or by a run grant)."""
     if not request.user.is_authenticated:
         return redirect("console:login")
     return _home(request)
@@ -24,11 +23,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @console_view(None)
 def _home(request: HttpRequest) -> HttpResponse:
-    if request.console.can(roles.OPERATE):
-        return redirect("console:runs")
-    if any(request.console.can(permission) for permission in roles.REVIEWERS):
-        return redirect("approvals:inbox")
-    return render(request, "console/home.html", {"menu": menu_for(request.console.permissions)})
+    return redirect("console:runs" if request.console.can(roles.OPERATE) else "approvals:inbox")
 
 
 @require_POST
