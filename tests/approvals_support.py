@@ -6,8 +6,8 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from approvals.models import ApprovalRequest
-from approvals.services import approval_request_create
+from approvals.models import ApprovalDecision, ApprovalRequest
+from approvals.services import approval_decide, approval_request_create
 from checkpoints.models import Artifact, Run
 from checkpoints.services.artifacts import artifact_store
 from checkpoints.services.checkpoints import checkpoint_commit
@@ -101,5 +101,23 @@ def start_demo(tenant: Tenant, user) -> Run:  # noqa: ANN001
         workflow_type="research",
         inputs={"question": "Why do hikers build cairns?"},
         budget={"max_attempts": 20, "max_tokens": 100000, "max_cost": 10.0},
+        actor=Actor(user=user),
+    )
+
+
+def decide(
+    request: ApprovalRequest,
+    user,  # noqa: ANN001
+    decision: str = "approve",
+    sha: str | None = None,
+    comment: str = "",
+) -> ApprovalDecision:
+    """``user`` decides ``request``, on the bound sha256 unless told another."""
+    return approval_decide(
+        tenant=request.tenant,
+        request_id=request.pk,
+        decision=decision,
+        artifact_sha256=request.artifact_sha256 if sha is None else sha,
+        comment=comment,
         actor=Actor(user=user),
     )

@@ -8,11 +8,11 @@ import pytest
 from django.db import connection
 
 from approvals.models import ApprovalDecision, ApprovalStatus
-from approvals.services import approval_consume, approval_decide
+from approvals.services import approval_consume
 from checkpoints.errors import CairnError
 from checkpoints.models import OutboxMessage
 from tenants.services import Actor
-from tests.approvals_support import ask, at_review, draft, worker_run
+from tests.approvals_support import ask, at_review, decide, draft, worker_run
 
 pytestmark = pytest.mark.postgres
 
@@ -40,13 +40,7 @@ def race(*calls) -> list[object]:  # noqa: ANN002
 
 
 def decide_as(request, user):  # noqa: ANN001, ANN201
-    return lambda: approval_decide(
-        tenant=request.tenant,
-        request_id=request.pk,
-        decision="approve",
-        artifact_sha256=request.artifact_sha256,
-        actor=Actor(user=user),
-    )
+    return lambda: decide(request, user)
 
 
 def test_two_reviewers_approving_at_once_settle_the_request_once(

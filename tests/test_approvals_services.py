@@ -34,20 +34,9 @@ from checkpoints.errors import (
 from checkpoints.models import OutboxMessage, RunStatus
 from tenants.models import AuditEvent
 from tenants.services import Actor
-from tests.approvals_support import ask, at_review, draft, expire_now, move, worker_run
+from tests.approvals_support import ask, at_review, decide, draft, expire_now, move, worker_run
 
 pytestmark = pytest.mark.django_db
-
-
-def decide(request, user, decision="approve", sha=None, comment=""):  # noqa: ANN001, ANN201
-    return approval_decide(
-        tenant=request.tenant,
-        request_id=request.pk,
-        decision=decision,
-        artifact_sha256=request.artifact_sha256 if sha is None else sha,
-        comment=comment,
-        actor=Actor(user=user),
-    )
 
 
 @pytest.fixture

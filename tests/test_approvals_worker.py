@@ -16,7 +16,7 @@ from checkpoints.runtime.executor import run_advance
 from checkpoints.services.checkpoints import checkpoint_envelope, latest_envelope
 from checkpoints.services.retry import run_retry
 from tenants.services import Actor
-from tests.approvals_support import start_demo
+from tests.approvals_support import decide, start_demo
 from tests.worker_fixtures import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -156,15 +156,8 @@ def test_a_draft_regenerated_after_approval_is_not_published_under_the_old_appro
 ):
     run = advance_until_waiting(start_demo(acme, bob))
     old = ApprovalRequest.objects.get(run=run, status=ApprovalStatus.PENDING)
-    from approvals.services import approval_decide
 
-    approval_decide(
-        tenant=acme,
-        request_id=old.pk,
-        decision="approve",
-        artifact_sha256=old.artifact_sha256,
-        actor=Actor(user=carol),
-    )
+    decide(old, carol)
     # Before a worker used the approval, an operator had the draft written again.
     run_retry(
         tenant=acme,

@@ -10,13 +10,12 @@ from django.test import Client
 from django.urls import reverse
 
 from approvals.models import ApprovalRequest, ApprovalStatus
-from approvals.services import approval_decide
 from checkpoints.errors import ActionNotAllowed, ApprovalStale
 from checkpoints.models import Run, RunStatus
 from checkpoints.runtime.executor import run_advance
 from checkpoints.services.actions import run_resume
 from tenants.services import Actor
-from tests.approvals_support import ask, at_review, draft, move, start_demo
+from tests.approvals_support import ask, at_review, decide, draft, move, start_demo
 from tests.console_data import story_run
 
 pytestmark = pytest.mark.django_db
@@ -55,14 +54,7 @@ def test_a_request_superseded_by_one_for_the_same_draft_does_not_claim_the_draft
     # The run asks again for the very same draft (a retried step, a restore).
     newer = ask(move(pending.run, "review"), pending.artifact, bob)
     with pytest.raises(ApprovalStale) as caught:
-        approval_decide(
-            tenant=pending.tenant,
-            request_id=pending.pk,
-            decision="approve",
-            artifact_sha256=pending.artifact_sha256,
-            comment="",
-            actor=Actor(user=carol),
-        )
+        decide(pending, carol)
     detail = caught.value.detail
     assert "draft changed" not in detail
     assert f"new request for artifact {newer.artifact_sha256[:12]}" in detail
@@ -114,14 +106,7 @@ def rejected_demo_run(acme, bob, carol) -> Run:  # noqa: ANN001
         run.refresh_from_db()
         request = ApprovalRequest.objects.filter(run=run, status=ApprovalStatus.PENDING).first()
         if request is not None:
-            approval_decide(
-                tenant=acme,
-                request_id=request.pk,
-                decision="reject",
-                artifact_sha256=request.artifact_sha256,
-                comment="Source 2 is not cited.",
-                actor=Actor(user=carol),
-            )
+            decide(request, carol, "reject", comment="Source 2 is not cited.")
         elif run.status == RunStatus.FAILED:
             return run
         run.refresh_from_db()

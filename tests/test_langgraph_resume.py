@@ -15,11 +15,10 @@ import pytest
 from django.db import connection
 
 from approvals.models import ApprovalRequest
-from approvals.services.decisions import approval_decide
 from checkpoints.integrations.langgraph_store.models import LangGraphCheckpoint
 from checkpoints.integrations.langgraph_store.selectors import thread_head_run, thread_runs
 from checkpoints.services.checkpoints import run_verify
-from tenants.services import Actor
+from tests.approvals_support import decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -124,13 +123,7 @@ def test_a_process_killed_mid_step_continues_from_its_last_checkpoint(acme, caro
     request = ApprovalRequest.objects.get(pk=waiting.rsplit("approval request ", 1)[1].rstrip(")"))
 
     # A reviewer decides in the console (its service), then the graph resumes from Cairn.
-    approval_decide(
-        tenant=acme,
-        request_id=request.pk,
-        decision="approve",
-        artifact_sha256=request.artifact_sha256,
-        actor=Actor(user=carol),
-    )
+    decide(request, carol)
     state = final_state(Example("resume", "--thread", "t-crash", tmp_path=tmp_path))
     # research ran once: the new process started from Cairn, not from the prompt.
     assert state["log"] == ["research", "draft", "review", "publish"]

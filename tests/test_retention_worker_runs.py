@@ -11,7 +11,6 @@ import pytest
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from approvals.services import approval_decide
 from checkpoints.models import Checkpoint, Run, RunStatus
 from checkpoints.runtime.executor import run_advance
 from checkpoints.services.checkpoints import run_verify
@@ -19,7 +18,7 @@ from checkpoints.services.runs import run_create
 from retention.policies import PolicyInput, retention_policy_save
 from retention.services import retention_apply
 from tenants.services import Actor
-from tests.approvals_support import start_demo
+from tests.approvals_support import decide, start_demo
 from tests.effects_workflows import effects_demo
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -94,14 +93,7 @@ def test_the_demo_runs_approval_stays_and_its_plain_steps_go(acme, bob, carol):
     run = start_demo(acme, bob)
     assert advance(run).status == RunStatus.WAITING_APPROVAL
     request = ApprovalRequest.objects.get(run=run)
-    approval_decide(
-        tenant=acme,
-        request_id=request.pk,
-        decision="approve",
-        artifact_sha256=request.artifact_sha256,
-        comment="",
-        actor=Actor(user=carol),
-    )
+    decide(request, carol)
     assert advance(run).status == RunStatus.SUCCEEDED, run.status_reason
     before = history(run)
     asked_at = Checkpoint.objects.get(pk=request.checkpoint_id).sequence
