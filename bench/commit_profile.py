@@ -1,14 +1,17 @@
 """Where a 2 KB commit's time goes (not a test): the commit, then each of its parts on its
 own, in one process on a scratch PostgreSQL database.
 
-    .venv/bin/python bench/commit_profile.py [--rounds 500]
+    .venv/bin/python bench/commit_profile.py [--rounds 500] [--cprofile 1000]
 
-Prints the median time of each part. The README's performance section quotes it.
+Prints the median time of each part, and with ``--cprofile N`` the functions that N
+commits spend the most cumulative time in. The README's performance section quotes it.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import statistics
 import sys
 import uuid
@@ -29,7 +32,9 @@ def median_ms(operation: Callable[[], object], rounds: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=500)
-    rounds = parser.parse_args().rounds
+    parser.add_argument("--cprofile", type=int, default=0, metavar="N")
+    args = parser.parse_args()
+    rounds = args.rounds
     recreate_database(DB)
     setup_django(DB)
     from django.core.management import call_command
@@ -85,6 +90,11 @@ def main() -> int:
     print(f"Median of {rounds} rounds, 2 KB state, PostgreSQL on loopback:")
     for name, operation in parts:
         print(f"  {name:40} {median_ms(operation, rounds):7.3f} ms")
+    if args.cprofile:
+        profile = cProfile.Profile()
+        profile.runcall(lambda: [committer() for _ in range(args.cprofile)])
+        print(f"\ncProfile of {args.cprofile} commits, by cumulative time:")
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
     return 0
 
 
