@@ -98,8 +98,15 @@ TEMPLATES = [
 ]
 
 # --- Database -------------------------------------------------------------------------
-# SQLite (embedded default) runs in WAL mode with IMMEDIATE transactions so concurrent
-# writers queue for the lock instead of failing with "database is locked" mid-transaction.
+# Every SQLite database, however it is named (the default path, CAIRN_SQLITE_PATH or a
+# sqlite:// DATABASE_URL), runs in WAL mode with IMMEDIATE transactions and a busy timeout,
+# so concurrent writers queue for the lock instead of failing with "database is locked"
+# mid-transaction (which surfaced as 500s).
+SQLITE_OPTIONS = {
+    "timeout": 30,
+    "transaction_mode": "IMMEDIATE",
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+}
 if env("DATABASE_URL"):
     DATABASES = {"default": dj_database_url.parse(env("DATABASE_URL"), conn_max_age=60)}
 else:
@@ -108,13 +115,12 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": env("CAIRN_SQLITE_PATH", str(CAIRN_HOME / "cairn.sqlite3")),
-            "OPTIONS": {
-                "timeout": 30,
-                "transaction_mode": "IMMEDIATE",
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-            },
         }
     }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {**SQLITE_OPTIONS, **DATABASES["default"].get("OPTIONS", {})}
+    # A persistent connection keeps nothing worth keeping on SQLite and holds the WAL open.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [
