@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "console",
     "retention",
     "observability",
+    "scheduling",
 ]
 
 MIDDLEWARE = [
@@ -264,6 +265,9 @@ CAIRN_WORKFLOW_MODULES = [
 # Steps one worker runs back to back while it holds a run's lease, before handing over.
 CAIRN_STEPS_PER_TASK = env_int("CAIRN_STEPS_PER_TASK", 20)
 CAIRN_RETRY_DELAY_SECONDS = env_int("CAIRN_RETRY_DELAY_SECONDS", 30)
+# How long a periodic job's run holds the job, beyond twice its interval, if its worker
+# dies mid-run; scheduling.services.
+CAIRN_PERIODIC_JOB_LEASE_SECONDS = env_int("CAIRN_PERIODIC_JOB_LEASE_SECONDS", 30)
 
 # --- Celery --------------------------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", "filesystem://")
