@@ -287,6 +287,8 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
 elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     # Longer than any countdown or lease, so a slow ack never causes a redelivery.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# The queue tasks go to and workers consume (every process of one deployment must agree).
+CELERY_TASK_DEFAULT_QUEUE = env("CAIRN_TASK_QUEUE", "celery")
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
