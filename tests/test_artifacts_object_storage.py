@@ -164,3 +164,45 @@ def test_key_rotation_on_the_bucket_writes_a_new_object_and_drops_the_old(
     assert artifact.storage_name != old_name
     assert s3_storage.keys() == [artifact.storage_name]
     assert artifact_content(artifact) == b"rotate me"
+
+
+def test_the_s3_credentials_are_secret_references_resolved_at_connection(
+    s3_storage, monkeypatch, settings
+):
+    from cairn.secrets import SecretUnavailable
+
+    client = default_storage.connection.meta.client
+    assert (
+        client._request_signer._credentials.access_key == s3_storage.env["CAIRN_TEST_S3_ACCESS_KEY"]
+    )
+    # Settings name the secret; they never hold it.
+    assert s3_storage.env["CAIRN_TEST_S3_SECRET_KEY"] not in str(settings.STORAGES)
+    monkeypatch.delenv("CAIRN_TEST_S3_SECRET_KEY")
+    default_storage._connections.connection = None
+    with pytest.raises(SecretUnavailable, match="CAIRN_TEST_S3_SECRET_KEY is not set"):
+        default_storage.connection  # noqa: B018 - connecting is what resolves the reference
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"CAIRN_ARTIFACT_STORAGE": "ftp"}, "use filesystem or s3"),
+        ({"CAIRN_ARTIFACT_STORAGE": "s3"}, "needs CAIRN_S3_BUCKET"),
+    ],
+)
+def test_a_wrong_storage_setting_is_refused_at_startup_with_a_sentence(
+    tmp_path, variables, message
+):
+    import subprocess
+    import sys
+
+    from tests.scaleout_support import REPO
+
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "cairn.settings", **variables}
+    env["CAIRN_HOME"] = str(tmp_path)
+    env.pop("CAIRN_S3_BUCKET", None)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert done.returncode != 0
+    assert message in done.stderr
