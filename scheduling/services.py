@@ -32,14 +32,15 @@ logger = logging.getLogger("cairn.scheduling")
 
 
 def job_interval(task_name: str) -> float:
-    """The job's interval in seconds, from CELERY_BEAT_SCHEDULE."""
+    """The job's interval in seconds, from CELERY_BEAT_SCHEDULE (0 when it is not there)."""
     for entry in settings.CELERY_BEAT_SCHEDULE.values():
         if entry["task"] == task_name:
             schedule = entry["schedule"]
             if isinstance(schedule, timedelta):
                 return schedule.total_seconds()
             return float(schedule)
-    raise KeyError(f"{task_name} is not in CELERY_BEAT_SCHEDULE")
+    # Not scheduled (sent by hand): every call may run, one at a time.
+    return 0.0
 
 
 def _lease(every: float) -> timedelta:

@@ -123,3 +123,10 @@ def test_two_real_beats_start_each_job_once_per_interval(broker, worker_factory,
         assert job.skipped >= 0.5 * job.runs, (name, job.skipped, job.runs)
         # … yet each job started at most once per (MIN_GAP of an) interval.
         assert 1 <= runs <= bound, (name, runs, bound)
+
+
+@pytest.mark.django_db
+def test_a_job_sent_by_hand_outside_the_schedule_runs_each_time(settings):
+    settings.CELERY_BEAT_SCHEDULE = {}
+    assert periodic_job_run(name=JOB, holder="a", job=lambda: 1) == 1
+    assert periodic_job_run(name=JOB, holder="a", job=lambda: 2) == 2
