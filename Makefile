@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 # Without DATABASE_URL the suite runs on SQLite and leaves out the PostgreSQL-only tests.
 PYTEST_MARKERS := $(if $(DATABASE_URL),,-m "not postgres")
 
-.PHONY: install run test lint format bench browser-deps clean
+.PHONY: install run test rehearsal lint format bench browser-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,14 @@ run: install
 
 test: install browser-deps
 	$(PY) -m pytest $(PYTEST_MARKERS) $(PYTEST_ARGS)
+
+# The multi-machine rehearsal alone (web, scheduler and two workers with separate homes on
+# PostgreSQL, a real broker and the S3 server); CI runs it inside `make test` on PostgreSQL.
+# RABBITMQ=1 runs it on RabbitMQ instead of Redis.
+REHEARSAL_BROKER := $(if $(RABBITMQ),CAIRN_TEST_BROKER_URL=amqp://guest:guest@127.0.0.1:5672//,CAIRN_TEST_REDIS_URL=$(or $(CAIRN_TEST_REDIS_URL),redis://127.0.0.1:6379/15))
+rehearsal: install
+	DATABASE_URL=$(or $(DATABASE_URL),postgres://postgres@127.0.0.1:5432/cairn) $(REHEARSAL_BROKER) \
+		$(PY) -m pytest tests/test_rehearsal_multi_machine.py $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

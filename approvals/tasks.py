@@ -5,8 +5,13 @@ from __future__ import annotations
 from celery import shared_task
 
 from approvals.services import approval_expire_due
+from checkpoints.runtime.executor import worker_identity
+from scheduling.services import periodic_job_run
 
 
 @shared_task(name="approvals.expire_due", ignore_result=True)
-def expire_due() -> int:
-    return approval_expire_due()
+def expire_due() -> int | None:
+    """Claimed so two schedulers expire once per interval (None when skipped)."""
+    return periodic_job_run(
+        name="approvals.expire_due", job=approval_expire_due, holder=worker_identity()
+    )

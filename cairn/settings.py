@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from cairn.local_files import local_secret
 
@@ -62,6 +63,7 @@ INSTALLED_APPS = [
     "console",
     "retention",
     "observability",
+    "scheduling",
 ]
 
 MIDDLEWARE = [
@@ -98,8 +100,15 @@ TEMPLATES = [
 ]
 
 # --- Database -------------------------------------------------------------------------
-# SQLite (embedded default) runs in WAL mode with IMMEDIATE transactions so concurrent
-# writers queue for the lock instead of failing with "database is locked" mid-transaction.
+# Every SQLite database, however it is named (the default path, CAIRN_SQLITE_PATH or a
+# sqlite:// DATABASE_URL), runs in WAL mode with IMMEDIATE transactions and a busy timeout,
+# so concurrent writers queue for the lock instead of failing with "database is locked"
+# mid-transaction (which surfaced as 500s).
+SQLITE_OPTIONS = {
+    "timeout": 30,
+    "transaction_mode": "IMMEDIATE",
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+}
 if env("DATABASE_URL"):
     DATABASES = {"default": dj_database_url.parse(env("DATABASE_URL"), conn_max_age=60)}
 else:
@@ -108,13 +117,12 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": env("CAIRN_SQLITE_PATH", str(CAIRN_HOME / "cairn.sqlite3")),
-            "OPTIONS": {
-                "timeout": 30,
-                "transaction_mode": "IMMEDIATE",
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-            },
         }
     }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {**SQLITE_OPTIONS, **DATABASES["default"].get("OPTIONS", {})}
+    # A persistent connection keeps nothing worth keeping on SQLite and holds the WAL open.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [
@@ -144,8 +152,60 @@ STATIC_ROOT.mkdir(exist_ok=True)  # whitenoise warns on every request when it is
 WHITENOISE_USE_FINDERS = True  # serve static/ directly when collectstatic has not run
 STATICFILES_DIRS = [BASE_DIR / "static"]
 MEDIA_ROOT = Path(env("CAIRN_MEDIA_ROOT", str(CAIRN_HOME / "media")))
+# Artifacts: the filesystem under CAIRN_MEDIA_ROOT (embedded), or an S3-compatible bucket
+# shared by every machine (CAIRN_ARTIFACT_STORAGE=s3). Either way Cairn seals the bytes first.
+CAIRN_ARTIFACT_STORAGE = env("CAIRN_ARTIFACT_STORAGE", "filesystem")
+CAIRN_S3_BUCKET = env("CAIRN_S3_BUCKET")
+CAIRN_S3_ENDPOINT_URL = env("CAIRN_S3_ENDPOINT_URL")  # empty: AWS itself
+CAIRN_S3_REGION = env("CAIRN_S3_REGION")
+CAIRN_S3_PREFIX = env("CAIRN_S3_PREFIX")
+CAIRN_S3_ACCESS_KEY_ID_REF = env("CAIRN_S3_ACCESS_KEY_ID_REF")  # e.g. env:S3_ACCESS_KEY_ID
+CAIRN_S3_SECRET_ACCESS_KEY_REF = env("CAIRN_S3_SECRET_ACCESS_KEY_REF")
+CAIRN_S3_ADDRESSING_STYLE = env("CAIRN_S3_ADDRESSING_STYLE")  # "path" for most self-hosted
+
+
+def artifact_storage() -> dict:
+    if CAIRN_ARTIFACT_STORAGE == "filesystem":
+        return {"BACKEND": "django.core.files.storage.FileSystemStorage"}
+    if CAIRN_ARTIFACT_STORAGE != "s3":
+        raise ImproperlyConfigured(
+            f"CAIRN_ARTIFACT_STORAGE is '{CAIRN_ARTIFACT_STORAGE}'; use filesystem or s3."
+        )
+    if not CAIRN_S3_BUCKET:
+        raise ImproperlyConfigured("CAIRN_ARTIFACT_STORAGE=s3 needs CAIRN_S3_BUCKET.")
+    from boto3.s3.transfer import TransferConfig
+    from botocore.config import Config
+
+    options = {
+        "bucket_name": CAIRN_S3_BUCKET,
+        "endpoint_url": CAIRN_S3_ENDPOINT_URL or None,
+        "region_name": CAIRN_S3_REGION or None,
+        "location": CAIRN_S3_PREFIX,
+        "access_key_ref": CAIRN_S3_ACCESS_KEY_ID_REF,
+        "secret_key_ref": CAIRN_S3_SECRET_ACCESS_KEY_REF,
+        # Names are content addresses: the same name is the same bytes, so no HEAD first.
+        "file_overwrite": True,
+        "default_acl": None,
+        "querystring_auth": False,
+        # Reads spill to a temporary file past 1 MiB; uploads go in 8 MiB parts, one at a
+        # time, so a large artifact is never buffered whole a second time.
+        "max_memory_size": 1024 * 1024,
+        "transfer_config": TransferConfig(
+            multipart_threshold=64 * 1024 * 1024,
+            multipart_chunksize=8 * 1024 * 1024,
+            max_concurrency=1,
+            use_threads=False,
+        ),
+        "client_config": Config(
+            s3={"addressing_style": CAIRN_S3_ADDRESSING_STYLE or "auto"},
+            retries={"max_attempts": 5, "mode": "standard"},
+        ),
+    }
+    return {"BACKEND": "cairn.storage.ArtifactS3Storage", "OPTIONS": options}
+
+
 STORAGES = {
-    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "default": artifact_storage(),
     "staticfiles": {
         "BACKEND": (
             "whitenoise.storage.CompressedManifestStaticFilesStorage"
@@ -205,6 +265,9 @@ CAIRN_WORKFLOW_MODULES = [
 # Steps one worker runs back to back while it holds a run's lease, before handing over.
 CAIRN_STEPS_PER_TASK = env_int("CAIRN_STEPS_PER_TASK", 20)
 CAIRN_RETRY_DELAY_SECONDS = env_int("CAIRN_RETRY_DELAY_SECONDS", 30)
+# How long a periodic job's run holds the job, beyond twice its interval, if its worker
+# dies mid-run; scheduling.services.
+CAIRN_PERIODIC_JOB_LEASE_SECONDS = env_int("CAIRN_PERIODIC_JOB_LEASE_SECONDS", 30)
 
 # --- Celery --------------------------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", "filesystem://")
@@ -224,6 +287,8 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
 elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     # Longer than any countdown or lease, so a slow ack never causes a redelivery.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# The queue tasks go to and workers consume (every process of one deployment must agree).
+CELERY_TASK_DEFAULT_QUEUE = env("CAIRN_TASK_QUEUE", "celery")
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

@@ -1,4 +1,7 @@
-"""Celery tasks: thin adapters over the runtime and outbox services (JSON arguments only)."""
+"""Celery tasks: thin adapters over the runtime and outbox services (JSON arguments only).
+
+Scheduled tasks run their job through a claim (scheduling.services), so any number of
+``celery beat`` processes start each job once per interval; a skipped run returns None."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from checkpoints.runtime.executor import run_advance as _run_advance
 from checkpoints.runtime.executor import worker_heartbeat, worker_identity
 from checkpoints.runtime.rescue import runs_rescue as _runs_rescue
 from checkpoints.services.outbox import outbox_dispatch
+from scheduling.services import periodic_job_run
 
 
 @shared_task(name="checkpoints.run_advance", acks_late=True, ignore_result=True)
@@ -17,24 +21,29 @@ def run_advance(run_id: str, expected_version: int) -> str:
 
 
 @shared_task(name="checkpoints.outbox_sweep", ignore_result=True)
-def outbox_sweep() -> int:
+def outbox_sweep() -> int | None:
     """Publish due outbox messages that were not published at commit (or came due).
 
     The sweep runs every few seconds, so it also tells the health page this worker is alive
-    while it has no run to work on."""
-    worker_heartbeat(worker_identity())
-    return outbox_dispatch()
+    while it has no run to work on (every worker that receives it, claimed or not)."""
+    owner = worker_identity()
+    worker_heartbeat(owner)
+    return periodic_job_run(name="checkpoints.outbox_sweep", job=outbox_dispatch, holder=owner)
 
 
 @shared_task(name="checkpoints.runs_rescue", ignore_result=True)
-def runs_rescue() -> int:
+def runs_rescue() -> int | None:
     """Re-queue runs whose worker died or whose command was lost."""
-    return _runs_rescue()
+    return periodic_job_run(
+        name="checkpoints.runs_rescue", job=_runs_rescue, holder=worker_identity()
+    )
 
 
 @shared_task(name="checkpoints.runs_cancel_sweep", ignore_result=True)
-def runs_cancel_sweep() -> int:
+def runs_cancel_sweep() -> int | None:
     """Settle the open operations of cancelling runs and finish their cancels."""
     from checkpoints.services.cancel import runs_cancel_sweep as _runs_cancel_sweep
 
-    return _runs_cancel_sweep()
+    return periodic_job_run(
+        name="checkpoints.runs_cancel_sweep", job=_runs_cancel_sweep, holder=worker_identity()
+    )

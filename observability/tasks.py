@@ -1,9 +1,18 @@
 from celery import shared_task
 
+from checkpoints.runtime.executor import worker_identity
 from observability.counters import counters_rollup
 from observability.latency import latency_rollup
+from scheduling.services import periodic_job_run
+
+
+def _rollup() -> dict[str, int]:
+    return {"increments": counters_rollup(), "latency_samples": latency_rollup()}
 
 
 @shared_task(name="observability.metrics_rollup")
-def metrics_rollup() -> dict[str, int]:
-    return {"increments": counters_rollup(), "latency_samples": latency_rollup()}
+def metrics_rollup() -> dict[str, int] | None:
+    """Claimed so two schedulers roll up once per interval (None when skipped)."""
+    return periodic_job_run(
+        name="observability.metrics_rollup", job=_rollup, holder=worker_identity()
+    )

@@ -1,8 +1,15 @@
 from celery import shared_task
 
+from checkpoints.runtime.executor import worker_identity
 from retention.services import retention_apply
+from scheduling.services import periodic_job_run
 
 
 @shared_task(name="retention.apply")
-def apply_retention() -> dict:
-    return retention_apply().as_dict()
+def apply_retention() -> dict | None:
+    """The retention job, claimed so two schedulers run it once (None when skipped)."""
+    return periodic_job_run(
+        name="retention.apply",
+        job=lambda: retention_apply().as_dict(),
+        holder=worker_identity(),
+    )

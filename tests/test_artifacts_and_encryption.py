@@ -118,12 +118,8 @@ def test_a_missing_key_is_named_in_the_error(acme, settings):
     artifact, _ = artifact_store(tenant=acme, data=b"under k-old", media_type="text/plain")
     old_id = crypto.keyring().active_id
     settings.CAIRN_ENCRYPTION_KEYS = new_key_spec("k-other")
-    with default_storage.open(artifact.storage_name, "rb") as handle:
-        sealed = handle.read().decode()
     with pytest.raises(crypto.MissingKeyError) as caught:
-        crypto.unseal(
-            sealed, tenant_id=acme.id, table="artifact", row_id=artifact.id, field="content"
-        )
+        artifact_content(artifact)
     assert old_id in str(caught.value)
 
 

@@ -1,7 +1,9 @@
 """Real Celery workers for tests: subprocesses on the test database and a test broker.
 
-``broker`` points this process's Celery app at a per-test broker: Redis when
-``CAIRN_TEST_REDIS_URL`` is set (CI), else the embedded filesystem transport in a temp dir.
+``broker`` points this process's Celery app at a per-test broker: the broker URL in
+``CAIRN_TEST_BROKER_URL`` when it is set (CI's RabbitMQ pass: ``amqp://…``, each test on a
+queue of its own), else Redis when ``CAIRN_TEST_REDIS_URL`` is set (CI's PostgreSQL pass),
+else the embedded filesystem transport in a temp dir.
 ``worker_factory(name=...)`` starts ``celery -A cairn worker --pool solo`` with the same
 database, keys, media root and broker; every worker is killed when the test ends.
 Use them with ``@pytest.mark.django_db(transaction=True)`` so the worker sees committed rows.
@@ -14,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,14 +61,26 @@ def _reset_producer_pools(app) -> None:  # noqa: ANN001
         amqp._producer_pool = None
 
 
+def test_broker_url() -> str:
+    """The broker the worker tests run on: '' for the embedded filesystem transport."""
+    return os.environ.get("CAIRN_TEST_BROKER_URL") or os.environ.get("CAIRN_TEST_REDIS_URL", "")
+
+
 @pytest.fixture
 def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Broker]:
     from cairn.celery import app
 
-    redis_url = os.environ.get("CAIRN_TEST_REDIS_URL")
-    if redis_url:
-        url, options = redis_url, {"visibility_timeout": 3600}
+    remote_url = test_broker_url()
+    queue = ""
+    if remote_url.startswith(("redis://", "rediss://")):
+        url, options = remote_url, {"visibility_timeout": 3600}
         env = {"CELERY_BROKER_URL": url}
+    elif remote_url:
+        # A shared RabbitMQ: a queue per test, so parallel suites never take each other's
+        # messages (Redis gets that from a database number per suite).
+        url, options = remote_url, {}
+        queue = f"cairn-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        env = {"CELERY_BROKER_URL": url, "CAIRN_TASK_QUEUE": queue}
     else:
         folder = tmp_path / "broker"
         for sub in ("out", "processed", "control"):
@@ -80,19 +95,26 @@ def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Broker]:
             "store_processed": False,
         }
         env = {"CELERY_BROKER_URL": url, "CAIRN_BROKER_DIR": str(folder)}
-    saved = (app.conf.broker_url, app.conf.broker_transport_options)
+    saved = (app.conf.broker_url, app.conf.broker_transport_options, app.conf.task_default_queue)
     # Celery reads CELERY_BROKER_URL from the environment before its configuration.
     monkeypatch.setenv("CELERY_BROKER_URL", url)
     app.conf.broker_url, app.conf.broker_transport_options = url, options
+    if queue:
+        app.conf.task_default_queue = queue
     _reset_producer_pools(app)
-    if redis_url:
+    if url.startswith(("redis://", "rediss://")):
         with app.connection_for_write() as conn:
             conn.default_channel.queue_purge("celery")  # leftovers of an earlier test
     try:
         yield Broker(url=url, env=env)
     finally:
         _reset_producer_pools(app)
-        app.conf.broker_url, app.conf.broker_transport_options = saved
+        if queue:
+            with app.connection_for_write() as conn:
+                conn.default_channel.queue_delete(queue)
+            _reset_producer_pools(app)
+        app.conf.broker_url, app.conf.broker_transport_options = saved[:2]
+        app.conf.task_default_queue = saved[2]
 
 
 def database_env() -> dict[str, str]:

@@ -1,17 +1,28 @@
-"""Artifacts: content-addressed, encrypted at rest, deduplicated per tenant."""
+"""Artifacts: content-addressed, encrypted at rest, deduplicated per tenant.
+
+The bytes live in Django's default storage (the filesystem under ``CAIRN_MEDIA_ROOT``, or an
+S3-compatible bucket: cairn.storage). They are sealed by Cairn before they leave the process,
+in chunks (checkpoints.artifact_sealing), so the storage never sees plaintext and a large
+artifact is never held twice in memory. An object's name is the sha256 of its sealed bytes,
+``artifacts/<tenant>/<sha256>``: a name is written once and never overwritten, which is what
+lets key rotation write a new object before it lets go of the old one.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import io
+import logging
+import tempfile
 import uuid
 from uuid import UUID
 
 from django.conf import settings
-from django.core.files.base import ContentFile
+from django.core.files.base import File
 from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
 
-from checkpoints import crypto
+from checkpoints import artifact_sealing, crypto
 from checkpoints.errors import IntegrityFailure, InvalidRequest, NotFound, PayloadTooLarge
 from checkpoints.models import Artifact, ArtifactKind
 from tenants.models import Tenant
@@ -19,12 +30,41 @@ from tenants.services import Actor, audit_record
 
 TABLE = "artifact"
 FIELD = "content"
+# Sealed bytes are spooled in memory up to this size, then to a temporary file, before the
+# storage reads them (the S3 API needs the length or a seekable body).
+SPOOL_BYTES = 1024 * 1024
+logger = logging.getLogger("cairn.artifacts")
 
 
-def _seal(tenant_id: object, artifact_id: object, data: bytes) -> bytes:
-    return crypto.seal(
-        data, tenant_id=tenant_id, table=TABLE, row_id=artifact_id, field=FIELD
-    ).encode()
+def _storage_errors() -> tuple[type[BaseException], ...]:
+    errors: tuple[type[BaseException], ...] = (OSError,)
+    try:  # botocore is there only when the S3 storage is installed
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError:
+        return errors
+    return (*errors, BotoCoreError, ClientError)
+
+
+def _scope(tenant_id: object, artifact_id: object) -> dict[str, object]:
+    return {"tenant_id": tenant_id, "table": TABLE, "row_id": artifact_id, "field": FIELD}
+
+
+def artifact_object_write(*, tenant_id: object, artifact_id: object, data: bytes) -> str:
+    """Seal ``data`` for the artifact row and store it under a new content-addressed name;
+    return the name. Nothing refers to the object until a row is written naming it."""
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
+        digest = artifact_sealing.seal_to(data, spool, scope=_scope(tenant_id, artifact_id))
+        spool.seek(0)
+        return default_storage.save(f"artifacts/{tenant_id}/{digest}", File(spool, name=digest))
+
+
+def _object_delete_quietly(name: str) -> None:
+    # Called only once nothing refers to the object; if it fails, an orphan stays behind
+    # (harmless, sealed), never a row without its object.
+    try:
+        default_storage.delete(name)
+    except _storage_errors() as exc:
+        logger.warning("artifact object %s was not deleted: %s", name, exc)
 
 
 def artifact_store(
@@ -50,9 +90,7 @@ def artifact_store(
     if existing is not None:
         return existing, False
     artifact_id = uuid.uuid4()
-    name = default_storage.save(
-        f"artifacts/{tenant.id}/{artifact_id}", ContentFile(_seal(tenant.id, artifact_id, data))
-    )
+    name = artifact_object_write(tenant_id=tenant.id, artifact_id=artifact_id, data=data)
     try:
         with transaction.atomic():
             artifact = Artifact.objects.create(
@@ -66,7 +104,7 @@ def artifact_store(
                 key_id=crypto.keyring().active_id,
             )
     except IntegrityError:
-        default_storage.delete(name)
+        _object_delete_quietly(name)
         return Artifact.objects.get(tenant=tenant, sha256=digest), False
     return artifact, True
 
@@ -81,19 +119,23 @@ def artifact_get(*, tenant: Tenant, artifact_id: UUID | str) -> Artifact:
 def artifact_content(artifact: Artifact) -> bytes:
     """Decrypt the stored bytes and check them against the artifact's sha256.
 
-    Raises IntegrityFailure when the file is missing, damaged or was swapped.
+    The object is read and decrypted chunk by chunk into the one buffer that is returned.
+    Raises IntegrityFailure when the object is missing, damaged or was swapped, and
+    crypto.MissingKeyError when its key is not configured.
     """
+    digest, buffer = hashlib.sha256(), io.BytesIO()
     try:
         with default_storage.open(artifact.storage_name, "rb") as handle:
-            sealed = handle.read().decode()
-        data = crypto.unseal(
-            sealed, tenant_id=artifact.tenant_id, table=TABLE, row_id=artifact.id, field=FIELD
-        )
-    except (OSError, UnicodeDecodeError, crypto.DecryptionError) as exc:
+            for piece in artifact_sealing.unseal_from(
+                handle, scope=_scope(artifact.tenant_id, artifact.id)
+            ):
+                digest.update(piece)
+                buffer.write(piece)
+    except (*_storage_errors(), crypto.DecryptionError) as exc:
         raise IntegrityFailure(f"Artifact {artifact.id} cannot be read: {exc}")
-    if hashlib.sha256(data).hexdigest() != artifact.sha256:
+    if digest.hexdigest() != artifact.sha256:
         raise IntegrityFailure(f"Artifact {artifact.id} content does not match its sha256.")
-    return data
+    return buffer.getvalue()
 
 
 def artifact_read(
@@ -115,18 +157,28 @@ def artifact_read(
 
 
 def artifact_reseal(artifact: Artifact) -> bool:
-    """Re-encrypt under the active key (key rotation). Returns True when it rewrote the file."""
+    """Re-encrypt under the active key (key rotation). Returns True when it switched the row.
+
+    A new object under a new name, then the row is switched in a transaction (only if it
+    still names the old object), and the old object is deleted only after that commit. A
+    crash at any point leaves the row naming a complete object it can decrypt; what a crash
+    can leave behind is an unreferenced object, never a missing one.
+    """
     ring = crypto.keyring()
     if artifact.key_id == ring.active_id:
         return False
     data = artifact_content(artifact)
-    # A new file, then the row, then the old file goes: a crash at any point leaves the row
-    # naming a complete file it can decrypt.
     old_name = artifact.storage_name
-    name = default_storage.save(
-        f"artifacts/{artifact.tenant_id}/{artifact.id}",
-        ContentFile(_seal(artifact.tenant_id, artifact.id, data)),
-    )
-    Artifact.objects.filter(pk=artifact.pk).update(storage_name=name, key_id=ring.active_id)
-    default_storage.delete(old_name)
+    name = artifact_object_write(tenant_id=artifact.tenant_id, artifact_id=artifact.id, data=data)
+    with transaction.atomic():
+        switched = Artifact.objects.filter(pk=artifact.pk, storage_name=old_name).update(
+            storage_name=name, key_id=ring.active_id
+        )
+        if switched:
+            transaction.on_commit(lambda: _object_delete_quietly(old_name))
+    if not switched:
+        # Resealed or removed by someone else meanwhile: the new object is nobody's.
+        _object_delete_quietly(name)
+        return False
+    artifact.storage_name, artifact.key_id = name, ring.active_id
     return True

@@ -1,0 +1,132 @@
+"""Periodic jobs are safe with two schedulers: each job's run starts only by winning its
+claim (scheduling.services), with real concurrent claimants and two real ``celery beat``."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from scheduling.models import PeriodicJob
+from scheduling.services import MIN_GAP, periodic_job_run
+from tests.beat_settings import BEAT_SECONDS, CELERY_BEAT_SCHEDULE
+from tests.scaleout_support import process
+from tests.worker_fixtures import database_env, wait_for
+
+JOB = "checkpoints.outbox_sweep"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_twenty_concurrent_claimants_start_the_job_once():
+    ran: list[str] = []
+    outcomes: list = [None] * 20
+    barrier = threading.Barrier(20)
+
+    def claimant(index: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            outcomes[index] = periodic_job_run(
+                name=JOB,
+                every=60,
+                holder=f"w{index}",
+                job=lambda: ran.append(f"w{index}") or time.sleep(0.2) or "ran",
+            )
+        except Exception as exc:  # noqa: BLE001 - the outcome is what the test inspects
+            outcomes[index] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=claimant, args=(i,)) for i in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert Counter(outcomes) == {"ran": 1, None: 19}, outcomes
+    job = PeriodicJob.objects.get(name=JOB)
+    assert (job.runs, job.skipped, job.holder) == (1, 19, ran[0])
+    assert job.running_until is None  # released when the run ended
+
+
+@pytest.mark.django_db
+def test_a_second_run_inside_the_interval_is_skipped_and_one_after_it_runs():
+    assert periodic_job_run(name=JOB, every=60, holder="a", job=lambda: 1) == 1
+    assert periodic_job_run(name=JOB, every=60, holder="b", job=lambda: 2) is None
+    PeriodicJob.objects.filter(name=JOB).update(
+        last_started_at=timezone.now() - timedelta(seconds=60 * MIN_GAP + 1)
+    )
+    assert periodic_job_run(name=JOB, every=60, holder="b", job=lambda: 3) == 3
+
+
+@pytest.mark.django_db
+def test_a_run_whose_worker_died_holds_the_job_until_its_lease_passes():
+    long_ago = timezone.now() - timedelta(hours=1)
+    PeriodicJob.objects.create(
+        name=JOB, last_started_at=long_ago, running_until=timezone.now() + timedelta(minutes=1)
+    )
+    assert periodic_job_run(name=JOB, every=5, holder="b", job=lambda: "ran") is None
+    PeriodicJob.objects.filter(name=JOB).update(running_until=timezone.now())
+    assert periodic_job_run(name=JOB, every=5, holder="b", job=lambda: "ran") == "ran"
+
+
+@pytest.mark.django_db
+def test_a_job_that_raises_releases_its_claim():
+    def boom() -> None:
+        raise RuntimeError("job failed")
+
+    with pytest.raises(RuntimeError):
+        periodic_job_run(name=JOB, every=0, holder="a", job=boom)
+    assert PeriodicJob.objects.get(name=JOB).running_until is None
+
+
+@pytest.mark.worker
+def test_two_real_beats_start_each_job_once_per_interval(broker, worker_factory, tmp_path):
+    env_extra = {"DJANGO_SETTINGS_MODULE": "tests.beat_settings"}
+    worker = worker_factory(name="w1", env=env_extra)
+
+    env = {
+        **os.environ,
+        "CAIRN_MEDIA_ROOT": str(tmp_path / "media"),
+        **broker.env,
+        **database_env(),
+        **env_extra,
+    }
+    beat = [sys.executable, "-m", "celery", "-A", "cairn", "beat", "--loglevel", "INFO"]
+    with (
+        process([*beat, "-s", str(tmp_path / "beat-a")], env=env, log=tmp_path / "beat-a.log"),
+        process([*beat, "-s", str(tmp_path / "beat-b")], env=env, log=tmp_path / "beat-b.log"),
+    ):
+        wait_for(
+            lambda: PeriodicJob.objects.filter(name=JOB, runs__gte=1).exists(),
+            what="the first outbox sweep",
+        )
+        started = time.monotonic()
+        first = {job.name: job.runs for job in PeriodicJob.objects.all()}
+        time.sleep(8 * BEAT_SECONDS)
+        elapsed = time.monotonic() - started
+    assert worker.alive
+    received = Counter(re.findall(r"Task ([\w.]+)\[[^\]]+\] received", worker.log()))
+    jobs = {job.name: job for job in PeriodicJob.objects.all()}
+    assert set(jobs) == {entry["task"] for entry in CELERY_BEAT_SCHEDULE.values()}
+    bound = elapsed / (MIN_GAP * BEAT_SECONDS) + 1
+    for name, job in jobs.items():
+        runs = job.runs - first.get(name, 0)
+        # Both beats sent every job: about twice the messages of one scheduler …
+        assert received[name] >= 1.5 * job.runs, (name, received[name], job.runs)
+        assert job.skipped >= 0.5 * job.runs, (name, job.skipped, job.runs)
+        # … yet each job started at most once per (MIN_GAP of an) interval.
+        assert 1 <= runs <= bound, (name, runs, bound)
+
+
+@pytest.mark.django_db
+def test_a_job_sent_by_hand_outside_the_schedule_runs_each_time(settings):
+    settings.CELERY_BEAT_SCHEDULE = {}
+    assert periodic_job_run(name=JOB, holder="a", job=lambda: 1) == 1
+    assert periodic_job_run(name=JOB, holder="a", job=lambda: 2) == 2
