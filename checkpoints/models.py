@@ -264,6 +264,9 @@ class ExternalOperation(models.Model):
         max_length=16, choices=OperationStatus.choices, default=OperationStatus.RESERVED
     )
     provider_operation_id = models.CharField(max_length=200, blank=True)
+    # A long-running tool: the provider's job id, recorded before anyone polls it, so a
+    # restore observes the same job instead of submitting a second one.
+    provider_job_id = models.CharField(max_length=200, blank=True)
     result_sealed = models.TextField(blank=True)
     reason = models.TextField(blank=True)
     attempts = models.PositiveIntegerField(default=0)
@@ -300,6 +303,21 @@ class OutboxMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.id}"
+
+
+class RunnerWebhook(models.Model):
+    """Where a tenant's runners are told that a run's next command is due (optional).
+
+    Deliveries are signed with HMAC-SHA256 under the secret ``secret_ref`` names (a secret
+    reference such as ``env:ACME_WEBHOOK_SECRET``: the secret itself is never stored)."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, primary_key=True)
+    url = models.URLField(max_length=500)
+    secret_ref = models.CharField(max_length=200)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"webhook of {self.tenant_id} → {self.url}"
 
 
 class WorkerHeartbeat(models.Model):

@@ -51,6 +51,11 @@ urlpatterns = [
         operations_api.OperationUnknownView.as_view(),
         name="run-operation-unknown",
     ),
+    path(
+        "runs/<uuid:run_id>/operations/<str:key>/job",
+        operations_api.OperationJobView.as_view(),
+        name="run-operation-job",
+    ),
     path("runs/<uuid:run_id>/actions/resume", actions.ResumeView.as_view(), name="run-resume"),
     path("runs/<uuid:run_id>/actions/cancel", actions.CancelView.as_view(), name="run-cancel"),
     path("runs/<uuid:run_id>/actions/retry", actions.RetryView.as_view(), name="run-retry"),
