@@ -23,6 +23,7 @@ from uuid import UUID
 from django.conf import settings
 from django.utils import timezone
 
+from checkpoints.crypto import MissingKeyError
 from checkpoints.envelope import json_problem
 from checkpoints.errors import (
     ArtifactHashMismatch,
@@ -45,7 +46,7 @@ from .errors import LeaseLost, PermanentStepError, RetryableStepError
 from .lease import LeaseKeeper
 from .models import ModelClient, ModelError, model_client_default
 from .registry import workflow_code
-from .restore import Halt, Restored, policy_check, restore_latest
+from .restore import Halt, Restored, missing_key_reason, policy_check, restore_latest
 from .status import run_handover, run_pause_for_review
 
 log = logging.getLogger("cairn.runtime")
@@ -162,10 +163,14 @@ class _Advance:
             run = self.run = Run.objects.select_related("workflow", "tenant").get(pk=self.run.pk)
             if run.version != self.keeper.version or run.status not in WORKABLE:
                 raise LeaseLost("the run changed while this worker held its lease")
-            restored = restore_latest(run)
+            restored = restore_latest(run, self.code)
             if isinstance(restored, Halt):
                 return self.halt(restored)
-            outcome = self.next_step(restored)
+            try:
+                outcome = self.next_step(restored)
+            except MissingKeyError as exc:
+                # Never out of the task (the sweep would re-queue the run forever): pause.
+                return self.pause(missing_key_reason(exc, f"data the run's {run.state} reads"))
             if outcome != "continue":
                 return outcome
         return "handed_over" if self.handover() else "lease_lost"
@@ -230,6 +235,11 @@ class _Advance:
             failure = ("fail", exc.reason, None)
         except ModelError as exc:
             failure = ("retry" if exc.retryable else "fail", str(exc), None)
+        except MissingKeyError as exc:
+            # Retrying cannot help: no worker with these keys can read what the step needs.
+            keeper.stop_renewing()
+            keeper.flush_elapsed()
+            return self.pause(missing_key_reason(exc, f"data step {spec.name} reads"))
         except Exception as exc:  # an unexpected error may be transient: it costs an attempt
             log.exception("step raised", extra={"run": str(self.run.pk), "step": spec.name})
             failure = ("retry", f"{type(exc).__name__}: {exc}", None)
