@@ -181,6 +181,7 @@ class CheckpointListView(CairnAPIView):
             status=data.get("status"),
             status_reason=data["status_reason"],
             lease_owner=data.get("lease_owner"),
+            code_version=data["code_version"],
             actor=self.actor,
         )
         return Response(s.CommitResultSerializer(result).data, status=201)
