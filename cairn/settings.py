@@ -67,6 +67,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "cairn.middleware.ContentSecurityPolicyMiddleware",
+    # Before anything reads the body: a chunked body is read here within the limit (or 411).
+    "cairn.middleware.ChunkedBodyMiddleware",
     "cairn.middleware.RefuseNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
