@@ -5,15 +5,25 @@ no NUL character in any text a request carries."""
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 from collections.abc import Callable
 
 from django.conf import settings
+from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
 from django.core.handlers.wsgi import LimitedStream, WSGIRequest
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.db import InterfaceError, OperationalError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
 from cairn.errors import is_api
-from checkpoints.api.errors import error_body
+from checkpoints.api.errors import api_server_error, error_body
+
+log = logging.getLogger("cairn.http")
+METRICS_PATH = "/metrics"
+# Raised when the database server is down, refuses the connection or the file cannot be
+# opened (SQLite); a query the database rejects is a bug, answered 500.
+DATABASE_DOWN = (OperationalError, InterfaceError)
+CLIENT_ERRORS = (Http404, PermissionDenied, SuspiciousOperation, BadRequest)
 
 NUL = "\x00"
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -42,6 +52,44 @@ class ContentSecurityPolicyMiddleware:
         response = self.get_response(request)
         response.headers.setdefault("Content-Security-Policy", POLICY)
         return response
+
+
+class ApiErrorsMiddleware:
+    """An exception no view answered becomes the API's error shape on API addresses and
+    ``/metrics``, in every mode: with ``DEBUG`` on (the development default) Django would
+    answer with its debug page, settings included. A database that cannot be reached is a
+    503 ``database_unavailable`` (nothing was changed; try again), anything else the
+    API's 500 ``server_error``. The traceback goes to the log, never to the client. Django's
+    own 4xx exceptions (404, 403, bad requests) keep their usual handling."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not (is_api(request) or request.path == METRICS_PATH):
+            return None
+        if isinstance(exception, CLIENT_ERRORS):
+            return None
+        if isinstance(exception, DATABASE_DOWN):
+            log.error(
+                "database unavailable",
+                extra={"path": request.path, "error": type(exception).__name__},
+            )
+            response = JsonResponse(
+                error_body(
+                    "database_unavailable",
+                    "The database cannot be reached right now; nothing was changed. "
+                    "Try again in a few seconds.",
+                ),
+                status=503,
+            )
+            response["Retry-After"] = "5"
+            return response
+        log.exception("unhandled error", extra={"path": request.path})
+        return api_server_error(request)
 
 
 class ChunkedBodyMiddleware:

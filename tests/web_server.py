@@ -70,6 +70,8 @@ def web_server(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
     started: list[WebServer] = []
 
     def start(env: dict[str, str] | None = None, database: bool = True) -> WebServer:
+        """``env`` is added to the environment (an empty value removes the variable);
+        ``database=False`` leaves the test database out of it."""
         port = free_port()
         log_path = tmp_path / f"gunicorn-{len(started)}.log"
         full_env = {
@@ -79,6 +81,7 @@ def web_server(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
             **(database_env() if database else {}),
             **(env or {}),
         }
+        full_env = {name: value for name, value in full_env.items() if value != ""}
         log = open(log_path, "w")  # noqa: SIM115 - closed when the server is reaped
         process = subprocess.Popen(
             [
@@ -92,6 +95,7 @@ def web_server(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
                 "1",
                 "--timeout",
                 "120",
+                "--no-control-socket",  # one per user otherwise: parallel servers would share it
             ],
             cwd=REPO,
             env=full_env,
