@@ -16,7 +16,7 @@ from uuid import UUID
 
 from checkpoints import envelope as env
 from checkpoints.errors import IntegrityFailure
-from checkpoints.models import Checkpoint, Run, RunStatus
+from checkpoints.models import Checkpoint, Run
 from tenants.models import Tenant
 
 
@@ -49,12 +49,10 @@ def checkpoint_columns_problem(checkpoint: Checkpoint, envelope: dict[str, Any])
     )
 
 
-def run_head_problem(
-    run: Run, envelope: dict[str, Any], *, definition: dict[str, Any] | None = None
-) -> str | None:
+def run_head_problem(run: Run, envelope: dict[str, Any]) -> str | None:
     """A sentence when the run's indexed position is not its latest checkpoint's envelope:
-    state, step, sequence and head id, and a ``succeeded`` status (derived from a terminal
-    state) at a state that is not terminal. (Hashes: ``head_hash_problem``.)"""
+    state, step, sequence and head id (hashes: ``head_hash_problem``). The status is not
+    sealed (a writer may name it with any state), so it cannot be compared."""
     state, step = sealed_position(envelope)
     identity = envelope.get("identity") or {}
     differ = [
@@ -67,11 +65,6 @@ def run_head_problem(
         )
         if stored != sealed
     ]
-    terminal = (definition if definition is not None else run.workflow.definition).get(
-        "terminal", []
-    )
-    if not differ and run.status == RunStatus.SUCCEEDED and state not in terminal:
-        differ.append(f"status succeeded at state '{state}', which is not terminal")
     if not differ:
         return None
     return f"the run's row says {' and '.join(differ)}; the row was altered after it was written"

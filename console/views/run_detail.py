@@ -45,7 +45,7 @@ def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
         )
         if envelope is not None:
             # The snapshot shows the run's row: say so when it is not what the head seals.
-            forged = run_head_problem(run, envelope, definition=definition)
+            forged = run_head_problem(run, envelope)
             envelope_error = f"Integrity failure: {forged}." if forged else ""
     evidence = (envelope or {}).get("evidence") or {}
     approvals_for_run = run_reads.optional_selector("approvals.selectors", "approvals_for_run")
