@@ -67,11 +67,14 @@ def invitation(request: HttpRequest, invitation_id: UUID, token: str) -> HttpRes
             return render(request, TEMPLATE, {**context, "form": form}, status=400)
         # False when the username has an account: nothing changes, and the answer is the
         # same, so this form cannot tell anyone whether an account exists.
-        invitation_accept_new(
-            invitation=invite,
-            password=form.cleaned_data["new_password1"],
-            ip=request.META.get("REMOTE_ADDR"),
-        )
+        try:
+            invitation_accept_new(
+                invitation=invite,
+                password=form.cleaned_data["new_password1"],
+                ip=request.META.get("REMOTE_ADDR"),
+            )
+        except CairnError as error:  # answered by a racing request meanwhile
+            return render(request, TEMPLATE, {**context, "refusal": error.detail}, status=409)
         return render(request, TEMPLATE, {**context, "answered": "password"})
     return render(request, TEMPLATE, {**context, "form": form})
 
