@@ -69,6 +69,10 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "cairn.middleware.ContentSecurityPolicyMiddleware",
+    # API and /metrics answer an unhandled error in the API's shape, DEBUG or not.
+    "cairn.middleware.ApiErrorsMiddleware",
+    # Before anything reads the body: a chunked body is read here within the limit (or 411).
+    "cairn.middleware.ChunkedBodyMiddleware",
     "cairn.middleware.RefuseNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -139,6 +139,12 @@ class LastAdmin(CairnError):
     code, status = "last_admin", 409
 
 
+class TokenNotYours(CairnError):
+    """A person asked for an API token in someone else's name."""
+
+    code, status = "permission_denied", 403
+
+
 class AlreadyMember(CairnError):
     code, status = "already_member", 409
 

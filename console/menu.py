@@ -28,6 +28,12 @@ MENU: tuple[MenuItem, ...] = (
     MenuItem("Members", "tenants:members", roles.ADMIN, "tenants:members"),
     MenuItem("Audit log", "tenants:audit", roles.ADMIN, "tenants:audit"),
     MenuItem("Retention", "console:retention", roles.ADMIN, "console:retention"),
+    MenuItem(
+        "API tokens",
+        "tenants:my_tokens",
+        (roles.REVIEW, roles.OPERATE, roles.ADMIN, roles.REVIEW_RUN),
+        "tenants:my_tokens",
+    ),
 )
 
 

@@ -13,7 +13,9 @@ Guarantees of the job:
   transaction, so ``run_verify`` still links the kept checkpoints;
 - an artifact row is removed only when no checkpoint and no other row references it (the
   database's foreign key from ``ArtifactReference`` backs this); its file goes after the
-  commit, through ``PendingFileDeletion`` rows that a killed job leaves for the next run.
+  commit, through ``PendingFileDeletion`` rows that a killed job leaves for the next run;
+- artifact files no row names (a web server killed mid-upload) are removed once they are
+  an hour old (``retention.orphans.sweep_orphans``), in every tenant's folder.
 
 On SQLite, writers are serialized by the database lock (IMMEDIATE transactions), which gives
 the same guarantees without row locks.
@@ -54,6 +56,7 @@ from retention.models import (
     PendingFileDeletion,
     RetentionPolicy,
 )
+from retention.orphans import sweep_orphans
 from tenants.models import AuditEvent, Tenant
 from tenants.services import Actor, audit_record
 
@@ -77,6 +80,7 @@ class RetentionReport:
     runs_compacted: int = 0
     runs_expired: int = 0
     files: int = 0
+    orphan_files: int = 0  # artifact files no row names (sweep_orphans), removed or to remove
     skipped: int = 0  # runs or batches left for the next run (locked by another job, refused)
 
     def as_dict(self) -> dict[str, Any]:
@@ -436,6 +440,7 @@ def retention_apply(
             estimate = _estimate(list(_policies(each)), plan.default_policy_of(each.pk), now)
             for key, value in estimate.items():
                 setattr(report, key, getattr(report, key) + value)
+        report.orphan_files = len(sweep_orphans(dry_run=True, now=now, tenant=tenant).files)
         return report
     ctx = _Context(
         now=now,
@@ -450,6 +455,8 @@ def retention_apply(
         _compact(policy, ctx)
     for policy in _policies(tenant).filter(workflow_type=""):
         _remove_artifacts(policy, ctx)
+    # Files a killed upload left without a row: whatever the policies, they are nobody's.
+    ctx.report.orphan_files = len(sweep_orphans(now=now, tenant=tenant).files)
     log.info("retention applied", extra=ctx.report.as_dict())
     return ctx.report
 

@@ -127,3 +127,32 @@ class LoginThrottle(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key[:12]}… {self.failures}"
+
+
+class MemberInvitation(models.Model):
+    """An admin's invitation of a username into the tenant. Nothing is granted until the
+    person answers through the one-time link: an existing account's holder signs in and
+    accepts (an admin cannot enrol someone else's account), a new username chooses its
+    password. Only the link's sha256 is stored."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    username = models.CharField(max_length=150)
+    email = models.EmailField(blank=True)
+    role = models.CharField(max_length=20, blank=True)  # "" with ``run``: one run's reviewer
+    run = models.ForeignKey(
+        "checkpoints.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    token_sha256 = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+    accepted = models.BooleanField(null=True)  # None while open; False: declined or replaced
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "username"])]
+
+    def __str__(self) -> str:
+        return f"{self.username} → {self.tenant_id}"

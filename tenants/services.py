@@ -14,7 +14,7 @@ from django.db.models import Value
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
-from checkpoints.errors import InvalidRequest, LastAdmin
+from checkpoints.errors import InvalidRequest, LastAdmin, TokenNotYours
 from tenants import roles
 from tenants.models import ApiToken, AuditEvent, RunGrant, Tenant, TenantUserObjectPermission
 
@@ -171,9 +171,19 @@ def token_issue(
 ) -> tuple[ApiToken, str]:
     """Create an API token and return it with its secret, which is never stored or shown again.
 
-    Atomic with its audit event. Raises InvalidRequest when the user holds no role (or run
-    grant) in the tenant: such a token could never authenticate.
+    A person mints tokens only for themselves: a token acts with its owner's roles, so an
+    admin minting one for someone else (of another tenant too) would hold their access.
+    A system actor (the ``issue_token`` command, run on the host) may name anyone.
+
+    Atomic with its audit event. Raises TokenNotYours (403) for a person minting another's
+    token, and InvalidRequest when the user holds no role (or run grant) in the tenant: such
+    a token could never authenticate.
     """
+    if actor.user is not None and actor.user.pk != user.pk:
+        raise TokenNotYours(
+            f"An API token is minted by its owner: {user.get_username()} signs in and issues "
+            "it on their tokens page. Nothing was issued."
+        )
     if not permissions_of(user=user, tenant=tenant):
         raise InvalidRequest(
             f"{user.get_username()} is not a member of {tenant.slug}; add them first.",

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from tenants.views import audit, auth, members
+from tenants.views import audit, auth, invitations, members
 
 app_name = "tenants"
 
@@ -17,6 +17,13 @@ urlpatterns = [
     path("audit/", audit.audit_log, name="audit"),
     path("audit/export.csv", audit.audit_export, {"export_format": "csv"}, name="audit_csv"),
     path("audit/export.jsonl", audit.audit_export, {"export_format": "jsonl"}, name="audit_jsonl"),
+    # The invited person's answer (a one-time link), and each member's own API tokens.
+    path(
+        "invitations/<uuid:invitation_id>/<str:token>/",
+        invitations.invitation,
+        name="invitation",
+    ),
+    path("account/tokens/", invitations.my_tokens, name="my_tokens"),
     path("set-password/done/", auth.SetPasswordDoneView.as_view(), name="set_password_done"),
     path("set-password/<uidb64>/<token>/", auth.SetPasswordView.as_view(), name="set_password"),
 ]

@@ -52,6 +52,11 @@ def checkpoint_write_raw(
     checkpoint_id = uuid.uuid4()
     sequence = run.checkpoint_sequence + 1
     envelope = dict(envelope)
+    # The row's position is the envelope's, as every writer keeps it (restore checks it).
+    if isinstance(envelope.get("position"), dict):
+        envelope["position"] = {**envelope["position"], "state": state, "step": step}
+    elif "state" in envelope:
+        envelope["state"], envelope["step"] = state, step
     envelope["identity"] = {
         "run_id": str(run.pk),
         "workflow_type": run.workflow_type,

@@ -29,3 +29,6 @@ else:
     # One test database per test process, so two suites on one server never collide.
     # Worker processes started by tests read the name from connection.settings_dict.
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
+# Crash tests: the web server subprocess stalls in the middle of writing a file.
+if os.environ.get("CAIRN_TEST_STORAGE_STALL"):
+    STORAGES = {**STORAGES, "default": {"BACKEND": "tests.storage.StallingStorage"}}  # noqa: F405

@@ -5,9 +5,16 @@ acme holding a real token. No input may produce a 500, and every status code ret
 be one the document lists for that operation. Ids in the path name real rows of acme (a
 made-up id would stop every request at the 404), so the generated bodies and queries reach
 the handlers.
+
+A second pass sends every body chunked (as gunicorn hands a ``Transfer-Encoding: chunked``
+body to the application: no Content-Length, ``wsgi.input_terminated``), and puts a NUL
+character into the path parameters of every other example.
 """
 
 from __future__ import annotations
+
+import io
+import itertools
 
 import pytest
 import schemathesis
@@ -24,6 +31,30 @@ from tests.approvals_support import ask, at_review, draft
 
 # Loading the document needs no database: the schema view has no authentication.
 schema = schemathesis.openapi.from_wsgi("/api/v1/schema?format=json", application)
+
+
+def chunked(app):  # noqa: ANN001, ANN201
+    """The WSGI environ a chunked request gets from gunicorn: the decoded body readable to
+    its end, no Content-Length, and the server's word that the input is terminated."""
+
+    def call(environ, start_response):  # noqa: ANN001, ANN202
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        if length:
+            body = environ["wsgi.input"].read(length)
+            environ = {
+                **environ,
+                "wsgi.input": io.BytesIO(body),
+                "wsgi.input_terminated": True,
+                "HTTP_TRANSFER_ENCODING": "chunked",
+            }
+            del environ["CONTENT_LENGTH"]
+        return app(environ, start_response)
+
+    return call
+
+
+chunked_schema = schemathesis.openapi.from_wsgi("/api/v1/schema?format=json", chunked(application))
+_examples = itertools.count()
 
 
 @pytest.fixture(autouse=True)
@@ -84,3 +115,23 @@ def test_no_generated_input_breaks_the_api(case, admin_token, known_rows):  # no
         headers={"Authorization": f"Bearer {admin_token}"},
         checks=[not_a_server_error, status_code_conformance],
     )
+
+
+@pytest.mark.django_db
+@chunked_schema.parametrize()
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+def test_no_chunked_body_or_nul_in_a_path_breaks_the_api(case, admin_token, known_rows):  # noqa: ANN001
+    nul = next(_examples) % 2 == 1
+    for name in case.path_parameters or {}:
+        value = known_rows.get(name, str(case.path_parameters[name]))
+        case.path_parameters[name] = f"{value[:4]}\x00{value[4:]}" if nul else value
+    response = case.call_and_validate(
+        headers={"Authorization": f"Bearer {admin_token}"},
+        checks=[not_a_server_error, status_code_conformance],
+    )
+    if nul and case.path_parameters:
+        assert response.status_code == 400 and "NUL" in response.json()["detail"], response.text

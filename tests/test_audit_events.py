@@ -143,12 +143,13 @@ def test_role_changes_and_removals_are_audited(acme, alice, bob):  # noqa: ANN00
 
 
 def test_token_changes_are_audited_without_the_secret(acme, alice, carol):  # noqa: ANN001
-    actor = Actor(user=alice, ip=ADDRESS)
-    token, secret = token_issue(tenant=acme, user=carol, actor=actor, name="ci")
-    token_revoke(token=token, actor=actor)
+    token, secret = token_issue(
+        tenant=acme, user=carol, actor=Actor(user=carol, ip=ADDRESS), name="ci"
+    )
+    token_revoke(token=token, actor=Actor(user=alice, ip=ADDRESS))
     issued = only_event(acme, "token.issued")
     revoked = only_event(acme, "token.revoked")
-    assert (issued.actor, revoked.actor) == (alice, alice)
+    assert (issued.actor, revoked.actor) == (carol, alice)
     assert token.prefix in issued.target and token.prefix in revoked.target
     assert secret not in str(list(AuditEvent.objects.values()))
 

@@ -76,14 +76,14 @@ def test_the_menu_shows_an_admin_everything(alice):  # noqa: ANN001
 
 def test_the_menu_shows_an_operator_the_runs_only(bob):  # noqa: ANN001
     labels = nav_labels(client_for(bob).get(reverse("console:home"), follow=True).content.decode())
-    assert labels == ["Runs"]
+    assert labels == ["Runs", "API tokens"]  # every member mints their own tokens
 
 
 def test_the_menu_shows_a_reviewer_the_approvals_only(carol):  # noqa: ANN001
     labels = nav_labels(
         client_for(carol).get(reverse("console:home"), follow=True).content.decode()
     )
-    assert labels == ["Approvals"]
+    assert labels == ["Approvals", "API tokens"]
 
 
 def test_no_admin_entry_is_shown_below_admin(bob, carol):  # noqa: ANN001

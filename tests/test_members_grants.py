@@ -225,7 +225,12 @@ def test_an_invitation_can_make_a_reviewer_of_one_run(alice, acme, run):  # noqa
         "/members/invite", {"username": "frank", "role": "one_run", "run": str(run.pk)}
     )
     assert response.status_code == 200
-    assert b'id="invite-link"' in response.content
+    link = re.search(
+        r'<code id="invite-link" class="secret">([^<]+)</code>', response.content.decode()
+    )
+    assert not RunGrant.objects.filter(user__username="frank").exists()
+    passphrase = "frank's long passphrase"
+    Client().post(link.group(1), {"new_password1": passphrase, "new_password2": passphrase})
     grant = RunGrant.objects.get(user__username="frank")
     assert grant.run_id == run.pk
     assert permissions_of(user=grant.user, tenant=acme) == {roles.REVIEW_RUN}

@@ -105,41 +105,47 @@ def test_the_menu_offers_members_and_the_audit_log_to_admins(admin):  # noqa: AN
 
 
 # --- inviting ----------------------------------------------------------------------------
-def test_an_invitation_shows_a_one_time_link_that_sets_the_password_once(admin, acme):  # noqa: ANN001
+def invite_link(response) -> str:  # noqa: ANN001
+    link = re.search(
+        r'<code id="invite-link" class="secret">([^<]+)</code>', response.content.decode()
+    )
+    assert link, "the link is shown"
+    return link.group(1)
+
+
+def test_an_invitation_of_a_new_username_joins_when_they_choose_a_password(admin, acme):  # noqa: ANN001
     response = admin.post(
         f"{MEMBERS}invite", {"username": "dave", "email": "dave@example.org", "role": "operator"}
     )
     assert response.status_code == 200
     assert response["Cache-Control"] == "no-store"
-    link = re.search(
-        r'<code id="invite-link" class="secret">([^<]+)</code>', response.content.decode()
-    )
-    assert link, "the link is shown"
-    dave = User.objects.get(username="dave")
-    assert not dave.has_usable_password()
-    assert permissions_of(user=dave, tenant=acme) == {roles.OPERATE}
-    # Shown once: the page does not show it again.
-    assert "invite-link" not in admin.get(MEMBERS).content.decode()
+    link = invite_link(response)
+    # Nothing exists or is granted before dave answers.
+    assert not User.objects.filter(username="dave").exists()
+    # Shown once: the page does not show it again, but lists the open invitation.
+    page = admin.get(MEMBERS).content.decode()
+    assert "invite-link" not in page and 'id="invitations"' in page and ">dave<" in page
 
     visitor = Client()
-    form = visitor.get(link.group(1), follow=True)
-    assert b"Choose your password" in form.content
+    form = visitor.get(link)
+    assert b"Choose this password and join" in form.content
     assert markup_problems(form.content.decode()) == []
-    mismatch = visitor.post(
-        form.redirect_chain[-1][0], {"new_password1": "a", "new_password2": "b"}
-    )
-    assert mismatch.status_code == 200
+    mismatch = visitor.post(link, {"new_password1": "a", "new_password2": "b"})
+    assert mismatch.status_code == 400
     assert markup_problems(mismatch.content.decode()) == []
     done = visitor.post(
-        form.redirect_chain[-1][0],
-        {"new_password1": "a long new passphrase", "new_password2": "a long new passphrase"},
+        link, {"new_password1": "a long new passphrase", "new_password2": "a long new passphrase"}
     )
-    assert done.status_code == 302
+    assert done.status_code == 200 and b"its password is set" in done.content
     assert visitor.login(username="dave", password="a long new passphrase")
-    again = Client().get(link.group(1), follow=True)
+    dave = User.objects.get(username="dave")
+    assert permissions_of(user=dave, tenant=acme) == {roles.OPERATE}
+    assert dave.email == "dave@example.org"
+    again = Client().get(link)
     assert b"This link no longer works" in again.content
     assert [e.target for e in events(acme, "member.invited")] == ["dave"]
     assert events(acme, "member.role_set")[-1].details == {"role": "operator"}
+    assert [e.target for e in events(acme, "member.joined")] == ["dave"]
     assert [e.target for e in events(acme, "member.password_set")] == ["dave"]
 
 
@@ -155,15 +161,63 @@ def test_inviting_a_member_twice_is_refused(admin, bob):  # noqa: ANN001
     bob.refresh_from_db()
 
 
-def test_an_account_of_another_tenant_joins_without_a_reset_link(admin, acme, charlie):  # noqa: ANN001
+def test_an_account_of_another_tenant_joins_only_when_its_holder_accepts(admin, acme, charlie):  # noqa: ANN001
     response = admin.post(f"{MEMBERS}invite", {"username": "charlie", "role": "reviewer"})
     assert response.status_code == 200
     html = response.content.decode()
-    assert "No set-password link is offered for an existing account" in html
-    assert "invite-link" not in html
     # Nothing says where else the account belongs, or whether it has a password.
     assert "globex" not in html and "password already" not in html
+    assert permissions_of(user=charlie, tenant=acme) == frozenset()
+    link = invite_link(response)
+    # The link cannot enrol charlie for him: neither the admin who holds it, nor a
+    # password chosen through it (charlie's own password is untouched).
+    assert admin.post(link, {"answer": "accept"}).status_code == 400  # a password form
+    taken = Client().post(
+        link, {"new_password1": "x-chosen-by-admin", "new_password2": "x-chosen-by-admin"}
+    )
+    assert taken.status_code == 200
+    assert permissions_of(user=charlie, tenant=acme) == frozenset()
+    assert not Client().login(username="charlie", password="x-chosen-by-admin")
+    # Charlie signs in and accepts.
+    holder = client_for(charlie)
+    page = holder.get(link).content.decode()
+    assert "Accept" in page and "Decline" in page
+    assert holder.post(link, {"answer": "accept"}).status_code == 200
     assert permissions_of(user=charlie, tenant=acme) == {roles.REVIEW}
+    assert [e.actor for e in events(acme, "member.joined")] == [charlie]
+    assert b"This link no longer works" in holder.get(link).content
+
+
+def test_a_declined_invitation_grants_nothing(admin, acme, charlie):  # noqa: ANN001
+    link = invite_link(admin.post(f"{MEMBERS}invite", {"username": "charlie", "role": "admin"}))
+    holder = client_for(charlie)
+    assert holder.post(link, {"answer": "decline"}).status_code == 200
+    assert permissions_of(user=charlie, tenant=acme) == frozenset()
+    assert b"This link no longer works" in holder.post(link, {"answer": "accept"}).content
+    assert permissions_of(user=charlie, tenant=acme) == frozenset()
+    assert [e.target for e in events(acme, "member.declined")] == ["charlie"]
+
+
+def test_the_invite_answer_is_the_same_whether_or_not_the_username_exists(admin, charlie):  # noqa: ANN001
+    def answer(username: str) -> tuple:
+        response = admin.post(f"{MEMBERS}invite", {"username": username, "role": "reviewer"})
+        html = re.sub(r"[A-Za-z0-9]{64}", "CSRF", response.content.decode())
+        html = re.sub(r'<code id="invite-link" class="secret">[^<]+</code>', "LINK", html)
+        said = re.search(r'<section class="card shown-once".*?</section>', html, re.S).group(0)
+        members = re.search(r'<table id="members">.*?</table>', html, re.S).group(0)
+        return response.status_code, said.replace(username, "NAME"), members
+
+    assert answer("charlie") == answer("nobody-has-this-name")
+    # The link page too looks the same to whoever opens it.
+    first = admin.post(f"{MEMBERS}invite", {"username": "charlie", "role": "operator"})
+    second = admin.post(f"{MEMBERS}invite", {"username": "zed", "role": "operator"})
+    pages = [
+        re.sub(r"[A-Za-z0-9]{64}", "CSRF", Client().get(invite_link(r)).content.decode())
+        .replace(invite_link(r).split("testserver")[-1], "LINK")
+        .replace(name, "NAME")
+        for r, name in ((first, "charlie"), (second, "zed"))
+    ]
+    assert pages[0] == pages[1]
 
 
 def test_no_admin_can_mint_a_password_link_for_an_account_others_rely_on(acme, globex, alice):  # noqa: ANN001
@@ -314,7 +368,25 @@ def test_an_admin_of_another_tenant_cannot_touch_acmes_members(charlie, bob, acm
 
 
 # --- tokens --------------------------------------------------------------------------------
-def test_a_token_is_shown_once_stored_hashed_and_shows_when_it_was_last_used(admin, acme, carol):  # noqa: ANN001
+def test_a_token_is_minted_only_by_its_owner(admin, acme, alice, carol):  # noqa: ANN001
+    refused = admin.post(f"{MEMBERS}{carol.pk}/tokens", {"name": "in carol's name"})
+    assert refused.status_code == 403
+    assert "minted by its owner" in refused.content.decode()
+    assert not ApiToken.objects.filter(user=carol).exists()
+    from tenants.services import TokenNotYours
+
+    with pytest.raises(TokenNotYours):
+        token_issue(tenant=acme, user=carol, actor=Actor(user=alice))
+    # Carol mints her own on her tokens page; an admin's own row keeps its form.
+    own = client_for(carol).post("/account/tokens/", {"name": "mine"})
+    assert own.status_code == 200 and b'id="token-secret"' in own.content
+    assert ApiToken.objects.filter(user=carol, name="mine").exists()
+    page = admin.get(MEMBERS).content.decode()
+    assert f"/members/{carol.pk}/tokens" not in page and f"/members/{alice.pk}/tokens" in page
+
+
+def test_a_token_is_shown_once_stored_hashed_and_shows_when_it_was_last_used(admin, acme, alice):  # noqa: ANN001
+    carol = alice  # an admin mints their own token on the members page
     response = admin.post(f"{MEMBERS}{carol.pk}/tokens", {"name": "laptop"})
     assert response.status_code == 200
     assert response["Cache-Control"] == "no-store"
@@ -332,7 +404,7 @@ def test_a_token_is_shown_once_stored_hashed_and_shows_when_it_was_last_used(adm
     api = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
     assert api.get("/api/v1/approvals").status_code == 200
     assert "last used" in admin.get(MEMBERS).content.decode()
-    assert events(acme, "token.issued")[-1].target.endswith("for carol")
+    assert events(acme, "token.issued")[-1].target.endswith("for alice")
 
 
 def test_revoking_a_token_stops_it_with_the_next_request(admin, acme, carol):  # noqa: ANN001

@@ -17,6 +17,7 @@ from rest_framework.test import APIClient
 
 from checkpoints.models import Run
 from tenants.grants import run_grant_create
+from tenants.members import member_invite
 from tenants.models import AuditEvent
 from tenants.services import Actor, token_issue
 from tests.actions_support import operation
@@ -84,6 +85,8 @@ REQUIRED: dict[str, str] = {
     "tenants:audit_jsonl": ADMIN,
     "tenants:set_password": PUBLIC,  # the one-time token in the link is the credential
     "tenants:set_password_done": PUBLIC,
+    "tenants:invitation": PUBLIC,  # the one-time token in the link, and then the invitee's sign-in
+    "tenants:my_tokens": MEMBER,  # one's own tokens in the current tenant
     "console:home": MEMBER,
     "console:login": PUBLIC,
     "console:logout": PUBLIC,
@@ -171,6 +174,7 @@ def acme_rows(acme, alice, bob, carol, charlie, run) -> Acme:  # noqa: ANN001
     dave = UserFactory(username="dave")
     grant = run_grant_create(tenant=acme, run_id=run.pk, user=dave, actor=Actor(user=alice))
     UserFactory(username="nobody")
+    invited = member_invite(tenant=acme, username="erin", role="reviewer", actor=Actor(user=alice))
     values = {
         "run_id": run.pk,
         "sequence": 1,
@@ -185,6 +189,7 @@ def acme_rows(acme, alice, bob, carol, charlie, run) -> Acme:  # noqa: ANN001
         "action": "cancel",
         "uidb64": "MQ",
         "token": "set-password",
+        "invitation_id": invited.link_path.strip("/").split("/")[1],
     }
     bodies = {
         ("api:checkpoints", "POST"): {

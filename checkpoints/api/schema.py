@@ -11,11 +11,21 @@ ERROR_REF = {"$ref": "#/components/schemas/Error"}
 COMMON = {
     "401": "No valid credentials: a bearer token or a signed-in session is required.",
     "403": "Signed in, but your role in this tenant does not allow this.",
+    "503": "The database cannot be reached; nothing was changed (database_unavailable).",
+}
+# Any address: a NUL character in the path, the query string or a JSON body is refused
+# before the view (cairn.middleware.RefuseNulMiddleware).
+NUL_REFUSED = "Bad input, such as a NUL character (%00) in the path, query or body."
+# Operations that take a body: a chunked one is read within the limit (or refused).
+BODY = {
+    "411": "A chunked body this server cannot read; send it with Content-Length.",
+    "413": "The request body is larger than the limit.",
 }
 
 
 def add_common_responses(result, generator, request, public):  # noqa: ANN001, ANN201
-    """Every operation with security requirements may answer 401 and 403 (API.md)."""
+    """Every operation with security requirements may answer 400, 401, 403 and 503, and
+    one that takes a body 411 and 413 (API.md)."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas.setdefault(
         "Error",
@@ -44,7 +54,15 @@ def add_common_responses(result, generator, request, public):  # noqa: ANN001, A
                         "content": {"application/json": {"schema": ERROR_REF}},
                     },
                 )
-            for status, description in COMMON.items():
+            responses.setdefault(
+                "400",
+                {
+                    "description": NUL_REFUSED,
+                    "content": {"application/json": {"schema": ERROR_REF}},
+                },
+            )
+            common = {**COMMON, **(BODY if operation.get("requestBody") else {})}
+            for status, description in common.items():
                 responses.setdefault(
                     status,
                     {

@@ -20,6 +20,7 @@ from checkpoints.models import Checkpoint, RunStatus
 from checkpoints.selectors import runs_for_tenant
 from checkpoints.services.artifacts import artifact_get, artifact_read, artifact_store
 from checkpoints.services.checkpoints import checkpoint_commit, checkpoint_read, run_get, run_verify
+from checkpoints.services.integrity import checkpoints_columns_verify, run_head_verify
 from checkpoints.services.leases import lease_acquire, lease_release
 from checkpoints.services.runs import run_create
 from checkpoints.services.workflows import workflow_register, workflows_visible
@@ -157,12 +158,16 @@ class CheckpointListView(CairnAPIView):
     pagination_class = OldestFirst
 
     @extend_schema(
-        responses={200: s.CheckpointSerializer(many=True), **_errors(404)},
+        responses={200: s.CheckpointSerializer(many=True), **_errors(404, 409)},
         summary="Checkpoint history, oldest first",
     )
     def get(self, request: Request, run_id: str) -> Response:
         run = run_get(tenant=self.tenant, run_id=run_id)
-        return self.page_response(Checkpoint.objects.filter(run=run), s.CheckpointSerializer)
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(Checkpoint.objects.filter(run=run), request, view=self)
+        # The state and step shown are the sealed ones, or the page is an integrity failure.
+        checkpoints_columns_verify(page)
+        return paginator.get_paginated_response(s.CheckpointSerializer(page, many=True).data)
 
     @extend_schema(
         request=s.CheckpointCommitSerializer,
@@ -171,6 +176,8 @@ class CheckpointListView(CairnAPIView):
     )
     def post(self, request: Request, run_id: str) -> Response:
         data = self.parsed(s.CheckpointCommitSerializer)
+        # The next checkpoint follows the sealed head, never a position forged in the row.
+        run_head_verify(tenant=self.tenant, run_id=run_id)
         result = checkpoint_commit(
             tenant=self.tenant,
             run_id=run_id,

@@ -20,6 +20,7 @@ from checkpoints.models import Artifact, Checkpoint, Run
 from checkpoints.services.artifacts import artifact_content
 from checkpoints.services.budgets import budget_exhausted
 from checkpoints.services.checkpoints import checkpoint_envelope
+from checkpoints.services.integrity import checkpoint_columns_problem, run_head_problem
 
 from . import hooks
 from .lease import used_merge
@@ -173,7 +174,11 @@ def _restore(run: Run, code: Workflow | None) -> Restored | Halt:
         stored = checkpoint_envelope(checkpoint)
     except IntegrityFailure as exc:
         return _pause(exc.detail)
-    problem = _check_chain(run, checkpoint, stored)
+    problem = (
+        _check_chain(run, checkpoint, stored)
+        or checkpoint_columns_problem(checkpoint, stored)
+        or run_head_problem(run, stored)
+    )
     if problem:
         return _pause(problem)
     # 4. Older envelope schemas go through the explicit migrations, then the schema check.

@@ -458,9 +458,13 @@ def checkpoint_get(*, tenant: Tenant, run_id: UUID | str, sequence: int) -> Chec
 def checkpoint_read(
     *, tenant: Tenant, run_id: UUID | str, sequence: int, actor: Actor
 ) -> tuple[Checkpoint, dict[str, Any]]:
-    """The decrypted envelope of one checkpoint; the read is audited."""
+    """The decrypted envelope of one checkpoint; the read is audited. Raises NotFound, or
+    IntegrityFailure when it cannot be decrypted or its row's position is not its own."""
+    from checkpoints.services.integrity import checkpoint_columns_verify
+
     checkpoint = checkpoint_get(tenant=tenant, run_id=run_id, sequence=sequence)
     envelope = checkpoint_envelope(checkpoint)
+    checkpoint_columns_verify(checkpoint, envelope)
     audit_record(
         tenant=tenant,
         actor=actor,
@@ -476,6 +480,7 @@ def run_verify(*, tenant: Tenant, run_id: UUID | str) -> dict[str, Any]:
     damage: each problem is reported as a sentence. A gap that retention's compaction
     records explain, with hashes that link, is reported under ``compacted``, not a problem."""
     from checkpoints.services.artifacts import artifact_content
+    from checkpoints.services.integrity import checkpoint_columns_problem, run_head_problem
     from retention.chain import compaction_index
 
     run = run_get(tenant=tenant, run_id=run_id)
@@ -484,6 +489,7 @@ def run_verify(*, tenant: Tenant, run_id: UUID | str) -> dict[str, Any]:
     problems: list[str] = []
     previous: Checkpoint | None = None
     checked_artifacts: set[str] = set()
+    last_envelope: dict[str, Any] | None = None
     checkpoints = Checkpoint.objects.filter(run=run).order_by("sequence").iterator(chunk_size=500)
     count = 0
     for checkpoint in checkpoints:
@@ -508,7 +514,7 @@ def run_verify(*, tenant: Tenant, run_id: UUID | str) -> dict[str, Any]:
             envelope = checkpoint_envelope(checkpoint)
         except IntegrityFailure as exc:
             problems.append(f"{where}: {exc.detail}")
-            previous = checkpoint
+            previous, last_envelope = checkpoint, None
             continue
         if env.sha256_of(envelope) != checkpoint.sha256:
             problems.append(f"{where}: the stored envelope does not match its sha256 (tampered)")
@@ -517,6 +523,11 @@ def run_verify(*, tenant: Tenant, run_id: UUID | str) -> dict[str, Any]:
             problems.append(f"{where}: the envelope's identity names another run or sequence")
         if identity.get("parent_sha256", "") != checkpoint.parent_sha256:
             problems.append(f"{where}: the envelope's parent hash differs from the stored one")
+        # The row's clear position (what lists show, what commits start from) is the sealed one.
+        columns = checkpoint_columns_problem(checkpoint, envelope)
+        if columns:
+            problems.append(columns)
+        last_envelope = envelope
         for ref in (envelope.get("evidence") or {}).get("artifacts", []):
             key = f"{ref.get('id')}:{ref.get('sha256')}"
             if key in checked_artifacts:
@@ -545,6 +556,10 @@ def run_verify(*, tenant: Tenant, run_id: UUID | str) -> dict[str, Any]:
         compacted.extend(ranges)
     elif previous is not None and previous.sha256 != run.latest_checkpoint_sha256:
         problems.append("the run's latest hash is not the last checkpoint's hash")
+    if previous is not None and previous.sequence == run.checkpoint_sequence and last_envelope:
+        head = run_head_problem(run, last_envelope)
+        if head:
+            problems.append(head)
     result = {"ok": not problems, "checkpoints": count, "problems": problems}
     if compacted:
         result["compacted"] = compacted

@@ -11,6 +11,7 @@ from django.urls import reverse
 
 from checkpoints.errors import CairnError
 from checkpoints.services.artifacts import artifact_read
+from checkpoints.services.integrity import run_head_problem
 from console import run_reads
 from console.access import console_view
 from console.machine import machine_drawing
@@ -42,6 +43,10 @@ def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
         envelope, envelope_error = run_reads.envelope_for_page(
             access, run_id=run.pk, sequence=run.checkpoint_sequence
         )
+        if envelope is not None:
+            # The snapshot shows the run's row: say so when it is not what the head seals.
+            forged = run_head_problem(run, envelope)
+            envelope_error = f"Integrity failure: {forged}." if forged else ""
     evidence = (envelope or {}).get("evidence") or {}
     approvals_for_run = run_reads.optional_selector("approvals.selectors", "approvals_for_run")
     context = {

@@ -17,7 +17,7 @@ from console.access import console_view
 from tenants import roles
 from tenants.forms import ONE_RUN, GrantForm, InviteForm, RoleForm, TokenForm
 from tenants.grants import run_grant_revoke, run_grant_to_member
-from tenants.members import member_invite, member_password_link
+from tenants.members import invitations_open, member_invite, member_password_link
 from tenants.models import ApiToken
 from tenants.selectors import tenant_grants, tenant_members
 from tenants.services import member_set_role, permissions_of, token_issue, token_revoke
@@ -30,6 +30,7 @@ def _context(request: HttpRequest, **extra: object) -> dict[str, object]:
     return {
         "members": tenant_members(tenant),
         "grants": list(tenant_grants(tenant)),
+        "invitations": invitations_open(tenant),
         "invite_form": extra.pop("invite_form", None) or InviteForm(),
         "grant_form": extra.pop("grant_form", None) or GrantForm(),
         "role_choices": RoleForm.base_fields["role"].choices,
@@ -92,12 +93,9 @@ def invite(request: HttpRequest) -> HttpResponse:
         # Next to the form it refuses (an invitation is a whole-page post).
         form.add_error(None, error.detail)
         return _page(request, status=error.status, invite_form=form)
-    link = (
-        request.build_absolute_uri(invitation.set_password_path)
-        if invitation.set_password_path
-        else None
-    )
-    return _page(request, invited=invitation.user, invite_link=link)
+    # The same answer whether or not the username has an account anywhere.
+    link = request.build_absolute_uri(invitation.link_path)
+    return _page(request, invited=invitation.username, invite_link=link)
 
 
 @require_POST
@@ -145,7 +143,7 @@ def password_link(request: HttpRequest, user_id: int) -> HttpResponse:
         )
     except CairnError as error:
         return _refused(request, error)
-    return _page(request, invited=user, invite_link=request.build_absolute_uri(path))
+    return _page(request, invited=user.get_username(), invite_link=request.build_absolute_uri(path))
 
 
 @require_POST

@@ -47,6 +47,7 @@ class Command(BaseCommand):
             self.style.SUCCESS(
                 f"Retention {verb} {report.checkpoints} checkpoints, {report.artifacts} artifacts "
                 f"({report.bytes} bytes); runs compacted {report.runs_compacted}, expired "
-                f"{report.runs_expired}; skipped {report.skipped}."
+                f"{report.runs_expired}; orphan files {report.orphan_files}; "
+                f"skipped {report.skipped}."
             )
         )

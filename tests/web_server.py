@@ -1,0 +1,115 @@
+"""A real web server process for tests that need one: gunicorn serving cairn.wsgi on the
+test database, keys and media root (Django's test client neither chunks a body nor dies
+mid-request). ``web_server(env={...})`` starts one; every server is killed when the test
+ends. Use with ``@pytest.mark.django_db(transaction=True)`` so the server sees the rows."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+
+from tests.worker_fixtures import REPO, database_env
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class WebServer:
+    host: str
+    port: int
+    process: subprocess.Popen
+    log_path: Path
+    _log: object = field(repr=False, default=None)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL to the whole group (arbiter and worker): no handler runs, nothing is
+        cleaned up, as when the machine loses power mid-request."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(timeout=30)
+
+
+def _wait_listening(server: WebServer, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            pytest.fail(f"the web server exited: {server.log()[-3000:]}")
+        try:
+            with socket.create_connection((server.host, server.port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    pytest.fail(f"the web server did not listen within {timeout}s: {server.log()[-3000:]}")
+
+
+@pytest.fixture
+def web_server(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
+    started: list[WebServer] = []
+
+    def start(env: dict[str, str] | None = None, database: bool = True) -> WebServer:
+        """``env`` is added to the environment (an empty value removes the variable);
+        ``database=False`` leaves the test database out of it."""
+        port = free_port()
+        log_path = tmp_path / f"gunicorn-{len(started)}.log"
+        full_env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "CAIRN_MEDIA_ROOT": str(django_settings.MEDIA_ROOT),
+            **(database_env() if database else {}),
+            **(env or {}),
+        }
+        full_env = {name: value for name, value in full_env.items() if value != ""}
+        log = open(log_path, "w")  # noqa: SIM115 - closed when the server is reaped
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "cairn.wsgi:application",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                "1",
+                "--timeout",
+                "120",
+                "--no-control-socket",  # one per user otherwise: parallel servers would share it
+            ],
+            cwd=REPO,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: kill() reaches the worker too
+        )
+        server = WebServer("127.0.0.1", port, process, log_path, log)
+        started.append(server)
+        _wait_listening(server)
+        return server
+
+    yield start
+    for server in started:
+        server.kill()
+        server._log.close()
+        print(f"--- web server log (tail) ---\n{server.log()[-4000:]}")
