@@ -130,7 +130,9 @@ def _approvals(now: datetime) -> list[tuple[Labels, float]] | None:
         model = apps.get_model("approvals", "ApprovalRequest")
     except LookupError:
         return None
-    waiting = Q(status="pending", expires_at__gt=now)
+    # Only requests a waiting run can still use: one left live on a run that was cancelled
+    # or finished is not waiting for anybody.
+    waiting = Q(status="pending", expires_at__gt=now, run__status="waiting_approval")
     expired = Q(status="expired") | Q(status="pending", expires_at__lte=now)
     try:
         rows = list(

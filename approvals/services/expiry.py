@@ -76,4 +76,9 @@ def approval_expire_due(*, limit: int = 500) -> int:
     for request in due:
         with transaction.atomic():
             expired += expire_request(request=request, actor=actor)
+    # Runs a worker finished (or failed) while a request was live never use it again.
+    from approvals.services.closing import approval_close_ended
+
+    with transaction.atomic():
+        approval_close_ended(limit=limit)
     return expired
