@@ -174,6 +174,9 @@ CAIRN_OUTBOX_CLAIM_SECONDS = env_int("CAIRN_OUTBOX_CLAIM_SECONDS", 30)
 CAIRN_DISPATCH_ON_COMMIT = env_bool("CAIRN_DISPATCH_ON_COMMIT", True)
 CAIRN_CONSOLE_REFRESH_SECONDS = env_int("CAIRN_CONSOLE_REFRESH_SECONDS", 5)
 CAIRN_STALLED_OPERATION_SECONDS = env_int("CAIRN_STALLED_OPERATION_SECONDS", 600)
+# A run created over the API (or the console) without max_attempts gets this limit, so a step
+# that keeps failing cannot retry without end.
+CAIRN_DEFAULT_MAX_ATTEMPTS = env_int("CAIRN_DEFAULT_MAX_ATTEMPTS", 25)
 # --- Retention and observability (retention/, observability/) ---------------------------
 CAIRN_RETENTION_BATCH_SIZE = env_int("CAIRN_RETENTION_BATCH_SIZE", 500)
 CAIRN_RETENTION_INTERVAL_SECONDS = env_int("CAIRN_RETENTION_INTERVAL_SECONDS", 3600)

@@ -151,7 +151,7 @@ def operations(run: Run) -> list[ExternalOperation]:
     )
     cutoff = stalled_before()
     for row in rows:
-        row.is_stalled = row.status == OperationStatus.PENDING and row.updated_at < cutoff
+        row.is_stalled = row.status == OperationStatus.PENDING and row.created_at < cutoff
     return rows
 
 

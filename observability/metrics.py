@@ -114,7 +114,7 @@ def _checkpoint_ages(now: datetime) -> tuple[list[tuple[float, float]], int, flo
 def _stalled_operations() -> list[tuple[Labels, float]]:
     rows = (
         ExternalOperation.objects.filter(
-            status=OperationStatus.PENDING, updated_at__lt=stalled_before()
+            status=OperationStatus.PENDING, created_at__lt=stalled_before()
         )
         .values_list("tenant__slug")
         .annotate(n=Count("id"))

@@ -68,7 +68,9 @@ def _operation(run, key: str, age: timedelta, status=OperationStatus.PENDING):  
         request_fingerprint="f" * 64,
         status=status,
     )
-    ExternalOperation.objects.filter(pk=op.pk).update(updated_at=timezone.now() - age)
+    ExternalOperation.objects.filter(pk=op.pk).update(
+        created_at=timezone.now() - age, updated_at=timezone.now() - age
+    )
     return op
 
 

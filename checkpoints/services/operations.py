@@ -284,15 +284,16 @@ def operations_stalled(
     *, tenant: Tenant | None = None, older_than: timedelta | None = None
 ) -> QuerySet[ExternalOperation]:
     """Operations pending longer than ``older_than`` (CAIRN_STALLED_OPERATION_SECONDS by
-    default), oldest first: an effect that was started and never settled."""
+    default) since their first attempt, oldest first: an effect that was started and never
+    settled (retries do not reset the clock)."""
     if older_than is None:
         older_than = timedelta(seconds=settings.CAIRN_STALLED_OPERATION_SECONDS)
     stalled = ExternalOperation.objects.filter(
-        status=OperationStatus.PENDING, updated_at__lt=timezone.now() - older_than
+        status=OperationStatus.PENDING, created_at__lt=timezone.now() - older_than
     )
     if tenant is not None:
         stalled = stalled.filter(tenant=tenant)
-    return stalled.select_related("run").order_by("updated_at", "id")
+    return stalled.select_related("run").order_by("created_at", "id")
 
 
 def _audit(

@@ -58,7 +58,7 @@ def health(request: HttpRequest) -> HttpResponse:
         "restore_threshold": threshold,
         "restored": list(restored.order_by("-restore_count", "-pk")[:LIST_LIMIT]),
         "restored_count": restored.count(),
-        "stalled": list(stalled.order_by("updated_at")[:LIST_LIMIT]),
+        "stalled": list(stalled.order_by("created_at")[:LIST_LIMIT]),
         "stalled_count": stalled.count(),
         "expired_approvals": expired,
         "workers": workers,
