@@ -37,7 +37,9 @@ CAIRN_HOME = Path(env("CAIRN_HOME", str(BASE_DIR / "var")))
 PRODUCTION = env("CAIRN_ENV", "development") == "production"
 
 SECRET_KEY = env("DJANGO_SECRET_KEY") or local_secret(CAIRN_HOME / "secret_key", nbytes=50)
-DEBUG = env_bool("DJANGO_DEBUG", default=not PRODUCTION)
+# Off unless asked for: even the embedded default (``make run``) shows Cairn's own error
+# pages, never Django's debug pages (they list the URL configuration and settings).
+DEBUG = env_bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = [h for h in env("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in env("DJANGO_CSRF_TRUSTED_ORIGINS").split(",") if o]
 
