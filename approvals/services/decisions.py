@@ -82,6 +82,12 @@ def approval_decide(
             "decision must be 'approve' or 'reject'.", fields={"decision": "approve or reject"}
         )
     comment = (comment or "").strip()
+    if decision == DecisionKind.REJECT and not comment:
+        raise InvalidRequest(
+            "Give a reason for the rejection: it is recorded with the decision and becomes the "
+            "run's reason. Nothing was decided.",
+            fields={"comment": "required for a rejection"},
+        )
     if len(comment) > MAX_COMMENT:
         raise InvalidRequest(
             f"The comment is longer than {MAX_COMMENT} characters.", fields={"comment": "too long"}

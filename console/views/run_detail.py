@@ -65,6 +65,8 @@ def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
         ),
         "audit_events": run_reads.audit_trail(run),
         "forks": list(run_reads.forks(run)),
+        # Legal holds are the admins' (the retention page's); the run page offers one.
+        "can_hold": access.can(roles.ADMIN),
     }
     return render(request, "console/run_detail.html", context)
 
