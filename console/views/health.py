@@ -26,7 +26,7 @@ def _restore_threshold(request: HttpRequest) -> int:
         return DEFAULT_RESTORES
 
 
-@console_view(roles.ADMIN)
+@console_view(roles.OPERATE)
 def health(request: HttpRequest) -> HttpResponse:
     tenant = request.console.tenant
     now = timezone.now()
