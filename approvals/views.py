@@ -122,21 +122,49 @@ def _content_context(request: HttpRequest, row: ApprovalRequest) -> dict[str, ob
     return context
 
 
+def _status_context(row: ApprovalRequest, user: object) -> dict[str, object]:
+    """What the status line shows: the status as it is now (a request past its expiry is
+    shown expired before the sweep marks it), why no decision can be made, and the request
+    that replaced this one, if any."""
+    now = timezone.now()
+    expired = row.status == ApprovalStatus.EXPIRED or row.expires_at <= now
+    shown = row.status
+    if expired and row.status in (ApprovalStatus.PENDING, ApprovalStatus.APPROVED):
+        shown = ApprovalStatus.EXPIRED
+    newer = None
+    if shown in (ApprovalStatus.EXPIRED, ApprovalStatus.SUPERSEDED):
+        newer = (
+            ApprovalRequest.objects.filter(
+                run_id=row.run_id,
+                action=row.action,
+                created_at__gt=row.created_at,
+                status__in=(ApprovalStatus.PENDING, ApprovalStatus.APPROVED),
+            )
+            .order_by("-created_at")
+            .first()
+        )
+    return {
+        "row": row,
+        "shown_status": shown,
+        "shown_status_label": ApprovalStatus(shown).label,
+        "newer": newer,
+        "time_left": time_left((row.expires_at - now).total_seconds()),
+        "expired": expired,
+        "why_not": _why_not(row, user, expired),
+        "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
+    }
+
+
 def _review_context(
     request: HttpRequest, row: ApprovalRequest, comment: str = ""
 ) -> dict[str, object]:
-    now = timezone.now()
-    expired = row.status == ApprovalStatus.EXPIRED or row.expires_at <= now
     context: dict[str, object] = {
+        **_status_context(row, request.user),
         "row": row,
         "run": row.run,
         # Only people who may open the run page get a link to it (a reviewer would get a 403).
         "run_url": _run_url(row.run_id) if request.console.can(roles.OPERATE) else None,
         "decisions": list(row.decisions.all()),
-        "time_left": time_left((row.expires_at - now).total_seconds()),
-        "expired": expired,
-        "why_not": _why_not(row, request.user, expired),
-        "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
         **_content_context(request, row),
     }
     # The form always carries the hash of the bytes rendered on this very page.
@@ -157,15 +185,9 @@ def review(request: HttpRequest, approval_id: object) -> HttpResponse:
 def status(request: HttpRequest, approval_id: object) -> HttpResponse:
     """The review page's status line (htmx polls it), so expiry shows while the page is open."""
     row = _get(request, approval_id)
-    now = timezone.now()
-    expired = row.status == ApprovalStatus.EXPIRED or row.expires_at <= now
-    context = {
-        "row": row,
-        "time_left": time_left((row.expires_at - now).total_seconds()),
-        "expired": expired,
-        "why_not": _why_not(row, request.user, expired),
-        "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
-    }
+    # ``polled``: once no decision can be made, the answer also replaces the decision form
+    # (an out-of-band swap), so the page stops offering Approve and Reject.
+    context = {**_status_context(row, request.user), "polled": True}
     return render(request, "approvals/review.html#status", context)
 
 

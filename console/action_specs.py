@@ -59,6 +59,23 @@ def _resume_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
         resume_check(run)
     except CairnError as exc:
         summary.blocked = exc.detail
+        return summary
+    unsettled = list(
+        ExternalOperation.objects.filter(
+            run=run, status__in=(OperationStatus.UNKNOWN, OperationStatus.PENDING)
+        ).values_list("idempotency_key", "status")
+    )
+    if unsettled:
+        # Restore settles them before any step runs (reconciliation): say so, not "continues".
+        keys = ", ".join(f"{key} ({status})" for key, status in unsettled)
+        summary.lines[1] = (
+            f"Before anything runs, {who.lower()} settles operation(s) {keys} with the "
+            "provider; if the provider cannot tell, the run waits for you to record the "
+            "outcome here, and nothing is sent again blindly."
+        )
+        summary.lines.append(
+            f"Then it continues from checkpoint #{run.checkpoint_sequence} (state {run.state})."
+        )
     return summary
 
 

@@ -137,6 +137,19 @@ class GrantBudgetForm(ActionForm):
 
     field_order = ["attempts", "tokens", "cost", "deadline", "reason", "version"]
 
+    def __init__(self, *args: Any, run: Run, **kwargs: Any) -> None:
+        super().__init__(*args, run=run, **kwargs)
+        # Offer only what has a limit to raise (the service refuses the others).
+        limits = run.budget_limits or {}
+        for name, key in (
+            ("attempts", "max_attempts"),
+            ("tokens", "max_tokens"),
+            ("cost", "max_cost"),
+            ("deadline", "deadline"),
+        ):
+            if limits.get(key) is None:
+                del self.fields[name]
+
     def clean_cost(self) -> float | None:
         cost = self.cleaned_data["cost"]
         if cost is not None and cost <= 0:

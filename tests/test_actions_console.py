@@ -238,8 +238,11 @@ def test_the_confirmation_shows_the_refusals_of_the_action_before_anyone_confirm
 
     failed = advance(worker_run(acme, bob, budget={"max_attempts": 3}), bob, "draft_answer")
     failed = advance(failed, bob, "draft_answer", status="failed")
+    # Only the limits the run has are offered; a forged field is ignored, not granted.
+    form = console.get(action_url(failed, "grant_budget")).content.decode()
+    assert 'name="attempts"' in form and 'name="tokens"' not in form
     html = post(console, failed, "grant_budget", tokens=100).content.decode()
-    assert "The run has no tokens limit; there is nothing to raise." in html
+    assert "Name what to grant" in html
     assert "Grant the budget</button>" not in html
 
     finished = advance(

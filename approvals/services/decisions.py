@@ -150,8 +150,8 @@ def _decide(
     raise _Refusal(
         expired,
         ApprovalExpired(
-            f"This approval request expired at {expired.expires_at.isoformat()}; "
-            "nothing was decided. A fresh request is raised while the run still waits."
+            f"This approval request expired at {expired.expires_at:%Y-%m-%d %H:%M:%S} UTC; "
+            "nothing was decided. A fresh request is raised (once) while the run still waits."
         ),
     )
 

@@ -437,7 +437,18 @@ def run_grant_budget(
         expected = version_check(run, expected_version)
         before = dict(run.budget_limits)
         plan = grant_plan(run, attempts=attempts, tokens=tokens, cost=cost, deadline=deadline)
-        version = version_bump(run, expected, budget_limits=plan.limits)
+        what = ", ".join(
+            "a later deadline" if k == "deadline" else f"{k} +{v}" for k, v in plan.granted.items()
+        )
+        # The reason the page shows must not keep saying the budget is used up.
+        status_reason = (
+            f"budget granted by {actor.name} ({what}); resume the run to continue"
+            if run.status == RunStatus.FAILED
+            else f"budget granted by {actor.name} ({what})"
+        )
+        version = version_bump(
+            run, expected, budget_limits=plan.limits, status_reason=status_reason
+        )
         if run.status in (RunStatus.RUNNING, RunStatus.WAITING_RETRY):
             enqueue_continue(run, version, available_at=run.next_eligible_at)
         audit_record(

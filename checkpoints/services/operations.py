@@ -525,7 +525,7 @@ def operation_record_outcome(
         )
     with transaction.atomic():
         if outcome == OperationStatus.CONFIRMED:
-            return operation_confirm(
+            settled = operation_confirm(
                 operation_id=operation.id,
                 provider_operation_id=provider_operation_id,
                 result=result if result is not None else {},
@@ -533,9 +533,31 @@ def operation_record_outcome(
                 reason=reason,
                 audit_action="operation.outcome_recorded",
             )
-        return operation_fail(
-            operation_id=operation.id,
-            reason=reason,
-            actor=actor,
-            audit_action="operation.outcome_recorded",
-        )
+        else:
+            settled = operation_fail(
+                operation_id=operation.id,
+                reason=reason,
+                actor=actor,
+                audit_action="operation.outcome_recorded",
+            )
+        _run_reason_after_outcome(settled, outcome=outcome, actor=actor)
+        return settled
+
+
+def _run_reason_after_outcome(operation: ExternalOperation, *, outcome: str, actor: Actor) -> None:
+    """Say on the run that the outcome is known now: a reason that still asks for it would
+    send the next operator to do it again. The version does not move (nothing else changed);
+    a run that finished meanwhile (a cancel completed by this outcome) keeps its reason."""
+    still_open = (
+        ExternalOperation.objects.filter(run_id=operation.run_id)
+        .exclude(status__in=FINAL_STATUSES)
+        .count()
+    )
+    reason = f"outcome of {operation.idempotency_key} recorded as {outcome} by {actor.name}; " + (
+        f"{still_open} operation(s) still without a known outcome"
+        if still_open
+        else "no operation is left without a known outcome"
+    )
+    Run.objects.filter(pk=operation.run_id).exclude(
+        status__in=(RunStatus.CANCELLED, RunStatus.SUCCEEDED)
+    ).update(status_reason=reason)
