@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals.forms import DecisionForm
 from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.rendering import decode_text, diff_lines, render_artifact, time_left
-from approvals.selectors import previous_request, request_get, review_queue
+from approvals.selectors import decisions_of, previous_request, request_get, review_queue
 from approvals.services import approval_decide
 from checkpoints.errors import CairnError, IntegrityFailure, NotFound
 from checkpoints.models import RunStatus
@@ -59,6 +59,17 @@ def inbox(request: HttpRequest) -> HttpResponse:
     }
     template = "approvals/inbox.html#queue" if request.htmx else "approvals/inbox.html"
     return render(request, template, context)
+
+
+HISTORY_LIMIT = 200
+
+
+@require_GET
+@console_view(roles.REVIEWERS)
+def mine(request: HttpRequest) -> HttpResponse:
+    """The signed-in reviewer's own decisions in this tenant, newest first."""
+    rows = list(decisions_of(tenant=request.console.tenant, user=request.user)[:HISTORY_LIMIT])
+    return render(request, "approvals/mine.html", {"rows": rows, "limit": HISTORY_LIMIT})
 
 
 def _why_not(row: ApprovalRequest, user: object, expired: bool) -> str:

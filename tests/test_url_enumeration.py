@@ -95,6 +95,8 @@ REQUIRED: dict[str, str] = {
     "console:artifact_view": OPERATOR,
     "console:checkpoint_detail": OPERATOR,
     "console:health": OPERATOR,
+    "console:run_start": OPERATOR,
+    "approvals:mine": REVIEWER,
     "console:retention": ADMIN,
     "console:retention_preview": ADMIN,
     "console:retention_remove": ADMIN,
