@@ -22,9 +22,9 @@ from tests.publishing import free_port
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def serve_and_get(tmp_path: Path, path: str, **extra_env: str) -> tuple[int, str]:
+def serve_and_get(tmp_path: Path, *paths: str, **extra_env: str) -> list[tuple[int, str]]:
     """Start the web process as ``make run`` does (runserver, the embedded defaults), fetch
-    ``path`` and stop it."""
+    each of ``paths`` and stop it."""
     env = {**os.environ, "CAIRN_HOME": str(tmp_path), **extra_env}
     for inherited in ("DATABASE_URL", "DJANGO_DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE", "CAIRN_ENV"):
         if inherited not in extra_env:
@@ -47,28 +47,35 @@ def serve_and_get(tmp_path: Path, path: str, **extra_env: str) -> tuple[int, str
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-                    return r.status, r.read().decode()
-            except urllib.error.HTTPError as exc:
-                return exc.code, exc.read().decode()
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
+        return [_fetch(f"http://127.0.0.1:{port}{path}") for path in paths]
     finally:
         server.terminate()
         server.wait(timeout=20)
 
 
+def _fetch(url: str) -> tuple[int, str]:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
 def test_the_embedded_default_shows_cairns_own_404_and_debug_pages_only_when_asked(tmp_path):
-    status, body = serve_and_get(tmp_path, "/no-such-page/")
+    (status, body), (css_status, css) = serve_and_get(
+        tmp_path, "/no-such-page/", "/static/cairn/console.css"
+    )
     assert status == 404
     assert "There is nothing at this address" in body
     assert "URLconf" not in body and "urlpatterns" not in body
-    status, body = serve_and_get(tmp_path, "/no-such-page/", DJANGO_DEBUG="1")
+    assert css_status == 200 and ".filters" in css  # without debug, static files still load
+    [(status, body)] = serve_and_get(tmp_path, "/no-such-page/", DJANGO_DEBUG="1")
     assert status == 404 and "URLconf" in body
 
 
