@@ -14,5 +14,7 @@ class DecisionForm(forms.Form):
         required=False,
         max_length=4000,
         widget=forms.Textarea(attrs={"rows": 3}),
-        help_text="Shown to the run's operators; a rejection's comment becomes the run's reason.",
+        label="Comment (required to reject)",
+        help_text="Shown to the run's operators. A rejection needs one: it becomes the run's "
+        "reason.",
     )

@@ -24,6 +24,7 @@ class ApprovalStatus(models.TextChoices):
     EXPIRED = "expired"
     SUPERSEDED = "superseded"  # a newer request (a new draft) replaced it
     CONSUMED = "consumed"  # the run continued under it; it cannot be used again
+    CLOSED = "closed"  # the run was cancelled or finished without it
 
 
 # A request in one of these statuses can still let the run continue.

@@ -84,3 +84,12 @@ def approvals_for_run(*, tenant: Tenant, run: Run) -> QuerySet:
         .prefetch_related("decisions__approver")
         .order_by("-created_at", "-id")
     )
+
+
+def decisions_of(*, tenant: Tenant, user: AbstractBaseUser) -> QuerySet:
+    """The user's own decisions in the tenant, newest first, with their requests and runs."""
+    return (
+        ApprovalDecision.objects.filter(tenant=tenant, approver=user)
+        .select_related("request", "request__run")
+        .order_by("-created_at", "-id")
+    )

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals.forms import DecisionForm
 from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.rendering import decode_text, diff_lines, render_artifact, time_left
-from approvals.selectors import previous_request, request_get, review_queue
+from approvals.selectors import decisions_of, previous_request, request_get, review_queue
 from approvals.services import approval_decide
 from checkpoints.errors import CairnError, IntegrityFailure, NotFound
 from checkpoints.models import RunStatus
@@ -59,6 +59,17 @@ def inbox(request: HttpRequest) -> HttpResponse:
     }
     template = "approvals/inbox.html#queue" if request.htmx else "approvals/inbox.html"
     return render(request, template, context)
+
+
+HISTORY_LIMIT = 200
+
+
+@require_GET
+@console_view(roles.REVIEWERS)
+def mine(request: HttpRequest) -> HttpResponse:
+    """The signed-in reviewer's own decisions in this tenant, newest first."""
+    rows = list(decisions_of(tenant=request.console.tenant, user=request.user)[:HISTORY_LIMIT])
+    return render(request, "approvals/mine.html", {"rows": rows, "limit": HISTORY_LIMIT})
 
 
 def _why_not(row: ApprovalRequest, user: object, expired: bool) -> str:
@@ -122,21 +133,49 @@ def _content_context(request: HttpRequest, row: ApprovalRequest) -> dict[str, ob
     return context
 
 
+def _status_context(row: ApprovalRequest, user: object) -> dict[str, object]:
+    """What the status line shows: the status as it is now (a request past its expiry is
+    shown expired before the sweep marks it), why no decision can be made, and the request
+    that replaced this one, if any."""
+    now = timezone.now()
+    expired = row.status == ApprovalStatus.EXPIRED or row.expires_at <= now
+    shown = row.status
+    if expired and row.status in (ApprovalStatus.PENDING, ApprovalStatus.APPROVED):
+        shown = ApprovalStatus.EXPIRED
+    newer = None
+    if shown in (ApprovalStatus.EXPIRED, ApprovalStatus.SUPERSEDED):
+        newer = (
+            ApprovalRequest.objects.filter(
+                run_id=row.run_id,
+                action=row.action,
+                created_at__gt=row.created_at,
+                status__in=(ApprovalStatus.PENDING, ApprovalStatus.APPROVED),
+            )
+            .order_by("-created_at")
+            .first()
+        )
+    return {
+        "row": row,
+        "shown_status": shown,
+        "shown_status_label": ApprovalStatus(shown).label,
+        "newer": newer,
+        "time_left": time_left((row.expires_at - now).total_seconds()),
+        "expired": expired,
+        "why_not": _why_not(row, user, expired),
+        "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
+    }
+
+
 def _review_context(
     request: HttpRequest, row: ApprovalRequest, comment: str = ""
 ) -> dict[str, object]:
-    now = timezone.now()
-    expired = row.status == ApprovalStatus.EXPIRED or row.expires_at <= now
     context: dict[str, object] = {
+        **_status_context(row, request.user),
         "row": row,
         "run": row.run,
         # Only people who may open the run page get a link to it (a reviewer would get a 403).
         "run_url": _run_url(row.run_id) if request.console.can(roles.OPERATE) else None,
         "decisions": list(row.decisions.all()),
-        "time_left": time_left((row.expires_at - now).total_seconds()),
-        "expired": expired,
-        "why_not": _why_not(row, request.user, expired),
-        "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
         **_content_context(request, row),
     }
     # The form always carries the hash of the bytes rendered on this very page.
@@ -157,15 +196,9 @@ def review(request: HttpRequest, approval_id: object) -> HttpResponse:
 def status(request: HttpRequest, approval_id: object) -> HttpResponse:
     """The review page's status line (htmx polls it), so expiry shows while the page is open."""
     row = _get(request, approval_id)
-    now = timezone.now()
-    expired = row.status == ApprovalStatus.EXPIRED or row.expires_at <= now
-    context = {
-        "row": row,
-        "time_left": time_left((row.expires_at - now).total_seconds()),
-        "expired": expired,
-        "why_not": _why_not(row, request.user, expired),
-        "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
-    }
+    # ``polled``: once no decision can be made, the answer also replaces the decision form
+    # (an out-of-band swap), so the page stops offering Approve and Reject.
+    context = {**_status_context(row, request.user), "polled": True}
     return render(request, "approvals/review.html#status", context)
 
 

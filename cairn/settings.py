@@ -38,7 +38,9 @@ CAIRN_HOME = Path(env("CAIRN_HOME", str(BASE_DIR / "var")))
 PRODUCTION = env("CAIRN_ENV", "development") == "production"
 
 SECRET_KEY = env("DJANGO_SECRET_KEY") or local_secret(CAIRN_HOME / "secret_key", nbytes=50)
-DEBUG = env_bool("DJANGO_DEBUG", default=not PRODUCTION)
+# Off unless asked for: even the embedded default (``make run``) shows Cairn's own error
+# pages, never Django's debug pages (they list the URL configuration and settings).
+DEBUG = env_bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = [h for h in env("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in env("DJANGO_CSRF_TRUSTED_ORIGINS").split(",") if o]
 
@@ -238,6 +240,9 @@ CAIRN_OUTBOX_CLAIM_SECONDS = env_int("CAIRN_OUTBOX_CLAIM_SECONDS", 30)
 CAIRN_DISPATCH_ON_COMMIT = env_bool("CAIRN_DISPATCH_ON_COMMIT", True)
 CAIRN_CONSOLE_REFRESH_SECONDS = env_int("CAIRN_CONSOLE_REFRESH_SECONDS", 5)
 CAIRN_STALLED_OPERATION_SECONDS = env_int("CAIRN_STALLED_OPERATION_SECONDS", 600)
+# A run created over the API (or the console) without max_attempts gets this limit, so a step
+# that keeps failing cannot retry without end.
+CAIRN_DEFAULT_MAX_ATTEMPTS = env_int("CAIRN_DEFAULT_MAX_ATTEMPTS", 25)
 # --- Retention and observability (retention/, observability/) ---------------------------
 CAIRN_RETENTION_BATCH_SIZE = env_int("CAIRN_RETENTION_BATCH_SIZE", 500)
 CAIRN_RETENTION_INTERVAL_SECONDS = env_int("CAIRN_RETENTION_INTERVAL_SECONDS", 3600)

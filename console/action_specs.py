@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from approvals.models import LIVE_STATUSES
 from checkpoints.errors import CairnError
 from checkpoints.models import ExternalOperation, OperationStatus, Run, RunStatus
 from checkpoints.services.actions import (
@@ -20,7 +21,7 @@ from checkpoints.services.budgets import budget_exhausted
 from checkpoints.services.cancel import cancel_blocking_operations, run_cancel
 from checkpoints.services.forks import run_fork, run_fork_preview
 from checkpoints.services.operations import operation_record_outcome, operations_open
-from checkpoints.services.retry import retry_choices, run_retry
+from checkpoints.services.retry import retry_refusal, run_retry, workflow_steps
 from console import forms_actions as f
 from console.access import ConsoleAccess
 
@@ -58,6 +59,23 @@ def _resume_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
         resume_check(run)
     except CairnError as exc:
         summary.blocked = exc.detail
+        return summary
+    unsettled = list(
+        ExternalOperation.objects.filter(
+            run=run, status__in=(OperationStatus.UNKNOWN, OperationStatus.PENDING)
+        ).values_list("idempotency_key", "status")
+    )
+    if unsettled:
+        # Restore settles them before any step runs (reconciliation): say so, not "continues".
+        keys = ", ".join(f"{key} ({status})" for key, status in unsettled)
+        summary.lines[1] = (
+            f"Before anything runs, {who.lower()} settles operation(s) {keys} with the "
+            "provider; if the provider cannot tell, the run waits for you to record the "
+            "outcome here, and nothing is sent again blindly."
+        )
+        summary.lines.append(
+            f"Then it continues from checkpoint #{run.checkpoint_sequence} (state {run.state})."
+        )
     return summary
 
 
@@ -78,7 +96,7 @@ def _cancel_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
 
 
 def _retry_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
-    choice = next(c for c in retry_choices(run) if c.step == data["step"])
+    choice = next(c for c in workflow_steps(run) if c.step == data["step"])
     summary = Summary(
         [
             f"Checkpoint #{run.checkpoint_sequence + 1} is appended: the run moves from state "
@@ -87,8 +105,17 @@ def _retry_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
             "as they are.",
         ]
     )
+    live = run.approval_requests.filter(status__in=LIVE_STATUSES).count()
+    if live:
+        summary.lines.append(
+            f"The run's open approval request is closed (superseded): it is bound to version "
+            f"{run.version}. The run asks again when it reaches its approval state."
+        )
     keys = list(operations_open(run=run).values_list("idempotency_key", flat=True))
-    if keys:
+    refusal = retry_refusal(run, choice)
+    if refusal:
+        summary.blocked = refusal
+    elif keys:
         summary.blocked = (
             f"Operations {', '.join(keys)} have no known outcome; settle them before a retry."
         )

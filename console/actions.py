@@ -38,8 +38,10 @@ def actions_available(run: Run, operations: list[ExternalOperation]) -> dict[str
         "cancel": not finished and status not in (RunStatus.FAILED, RunStatus.CANCELLING),
         "retry": not finished and status != RunStatus.CANCELLING,
         "fork": run.checkpoint_sequence > 0,
+        # Only a limit can be raised: a run without any has nothing to grant.
         "grant_budget": not finished
-        and status not in (RunStatus.CANCELLING, RunStatus.WAITING_APPROVAL),
+        and status not in (RunStatus.CANCELLING, RunStatus.WAITING_APPROVAL)
+        and any(v is not None for v in (run.budget_limits or {}).values()),
     }
     no_worker = status in (RunStatus.CANCELLING, RunStatus.PAUSED_FOR_REVIEW, RunStatus.FAILED)
     # Pending and reserved ones are a worker's business while one may still send them; a
@@ -95,6 +97,11 @@ def _flow(
         return _render(request, context)
     form = spec.form(request.POST, **form_kwargs)
     context.update(step="form", form=form)
+    seen = request.POST.get("version", "")
+    if seen.isdigit() and len(seen) < 19 and int(seen) != run.version:
+        # Refused before anything else is checked: the form was made for another version.
+        context.update(error=_stale_message(int(seen), run), stale=True)
+        return _render(request, context)
     if not form.is_valid() or "edit" in request.POST:
         return _render(request, context)
     data = form.cleaned_data

@@ -60,8 +60,23 @@ def group_changes(before: Any, after: Any) -> list[Change]:
     return changes
 
 
+# Identity fields every checkpoint has its own of: that they differ says nothing about the
+# run, so a diff leaves them out (run id, workflow type and version still count).
+PER_CHECKPOINT_IDENTITY = frozenset(
+    {"checkpoint_id", "parent_checkpoint_id", "sequence", "parent_sha256"}
+)
+
+
+def _without_per_checkpoint(identity: Any) -> Any:
+    if not isinstance(identity, dict):
+        return identity
+    return {k: v for k, v in identity.items() if k not in PER_CHECKPOINT_IDENTITY}
+
+
 def envelope_groups(envelope: dict[str, Any], parent: dict[str, Any] | None) -> list[GroupView]:
-    """Every field group of ``envelope`` with its changes since ``parent`` (None: no parent)."""
+    """Every field group of ``envelope`` with its changes since ``parent`` (None: nothing to
+    compare with), any earlier or later checkpoint. The identity fields every checkpoint has
+    its own of (``PER_CHECKPOINT_IDENTITY``) are not listed as changes."""
     views = []
     for name in GROUPS:
         value = envelope.get(name, MISSING)
@@ -75,7 +90,13 @@ def envelope_groups(envelope: dict[str, Any], parent: dict[str, Any] | None) -> 
                     ensure_ascii=False,
                     sort_keys=True,
                 ),
-                changes=[] if parent is None else group_changes(before, value),
+                changes=[]
+                if parent is None
+                else (
+                    group_changes(_without_per_checkpoint(before), _without_per_checkpoint(value))
+                    if name == "identity"
+                    else group_changes(before, value)
+                ),
             )
         )
     return views

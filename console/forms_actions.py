@@ -13,6 +13,7 @@ from checkpoints.envelope import json_problem
 from checkpoints.models import Checkpoint, Run
 from checkpoints.services.actions import MAX_REASON
 from checkpoints.services.budgets import BUDGET_LIMIT_MAX
+from checkpoints.services.forks import forkable_sequences
 from checkpoints.services.retry import retry_choices
 
 # The fork form offers this many of the newest checkpoints (the API accepts any).
@@ -74,11 +75,17 @@ class ForkForm(ActionForm):
 
     def __init__(self, *args: Any, run: Run, **kwargs: Any) -> None:
         super().__init__(*args, run=run, **kwargs)
-        rows = (
+        rows = list(
             Checkpoint.objects.filter(run=run)
             .order_by("-sequence")
             .values_list("sequence", "state", "step", "created_at")[:FORK_CHOICES_LIMIT]
         )
+        # Only checkpoints the fork service accepts: a terminal one, or one past an approval
+        # state, is always refused; the newest one it accepts is the default.
+        allowed = set(forkable_sequences(run, [(r[0], r[1]) for r in rows]))
+        rows = [r for r in rows if r[0] in allowed]
+        if rows and not self.is_bound and "from_sequence" not in (self.initial or {}):
+            self.initial["from_sequence"] = rows[0][0]
         self.fields["from_sequence"].choices = [
             (
                 seq,
@@ -129,6 +136,19 @@ class GrantBudgetForm(ActionForm):
     )
 
     field_order = ["attempts", "tokens", "cost", "deadline", "reason", "version"]
+
+    def __init__(self, *args: Any, run: Run, **kwargs: Any) -> None:
+        super().__init__(*args, run=run, **kwargs)
+        # Offer only what has a limit to raise (the service refuses the others).
+        limits = run.budget_limits or {}
+        for name, key in (
+            ("attempts", "max_attempts"),
+            ("tokens", "max_tokens"),
+            ("cost", "max_cost"),
+            ("deadline", "deadline"),
+        ):
+            if limits.get(key) is None:
+                del self.fields[name]
 
     def clean_cost(self) -> float | None:
         cost = self.cleaned_data["cost"]

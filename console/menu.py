@@ -24,9 +24,9 @@ class MenuItem:
 MENU: tuple[MenuItem, ...] = (
     MenuItem("Runs", "console:runs", roles.OPERATE, "console:run"),
     MenuItem("Approvals", "approvals:inbox", roles.REVIEWERS, "approvals:"),
-    MenuItem("Health", "console:health", roles.ADMIN, "console:health"),
+    MenuItem("Health", "console:health", roles.OPERATE, "console:health"),
     MenuItem("Members", "tenants:members", roles.ADMIN, "tenants:members"),
-    MenuItem("Audit log", "tenants:audit", roles.ADMIN, "tenants:audit"),
+    MenuItem("Audit log", "tenants:audit", roles.OPERATE, "tenants:audit"),
     MenuItem("Retention", "console:retention", roles.ADMIN, "console:retention"),
     MenuItem(
         "API tokens",

@@ -151,16 +151,19 @@ def operations(run: Run) -> list[ExternalOperation]:
     )
     cutoff = stalled_before()
     for row in rows:
-        row.is_stalled = row.status == OperationStatus.PENDING and row.updated_at < cutoff
+        row.is_stalled = row.status == OperationStatus.PENDING and row.created_at < cutoff
     return rows
 
 
-def audit_trail(run: Run) -> list[AuditEvent]:
-    return list(
+def audit_trail(run: Run) -> tuple[list[AuditEvent], bool]:
+    """The run's newest AUDIT_LIMIT events, and whether there are more (one row more is read
+    to know; the page then says so and links to the audit log)."""
+    rows = list(
         AuditEvent.objects.filter(tenant_id=run.tenant_id, run_id=run.pk).order_by("-id")[
-            :AUDIT_LIMIT
+            : AUDIT_LIMIT + 1
         ]
     )
+    return rows[:AUDIT_LIMIT], len(rows) > AUDIT_LIMIT
 
 
 def forks(run: Run) -> QuerySet[Run]:

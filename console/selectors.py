@@ -34,9 +34,10 @@ def stalled_before() -> datetime:
 
 
 def stalled_operations(tenant: Tenant) -> QuerySet[ExternalOperation]:
-    """Pending operations nobody confirmed within CAIRN_STALLED_OPERATION_SECONDS."""
+    """Pending operations nobody confirmed within CAIRN_STALLED_OPERATION_SECONDS of their
+    first attempt (retries do not reset the clock)."""
     return ExternalOperation.objects.filter(
-        tenant=tenant, status=OperationStatus.PENDING, updated_at__lt=stalled_before()
+        tenant=tenant, status=OperationStatus.PENDING, created_at__lt=stalled_before()
     )
 
 

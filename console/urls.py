@@ -2,7 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from console import actions
-from console.views import checkpoints, health, home, run_detail, runs
+from console.views import checkpoints, health, home, run_detail, run_start, runs
 from tenants.views.auth import SignInView
 
 app_name = "console"
@@ -16,6 +16,7 @@ urlpatterns = [
     path("runs/", runs.runs, name="runs"),
     path("runs/rows/", runs.run_rows, name="run_rows"),
     path("runs/counts/", runs.run_counts, name="run_counts"),
+    path("runs/new/", run_start.run_start, name="run_start"),
     path("runs/<uuid:run_id>/", run_detail.run_detail, name="run_detail"),
     path("runs/<uuid:run_id>/snapshot/", run_detail.run_snapshot, name="run_snapshot"),
     path("runs/<uuid:run_id>/actions/<str:action>/", actions.run_action, name="run_action"),

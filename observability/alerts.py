@@ -65,16 +65,15 @@ def alerts_for_tenant(tenant: Tenant, *, now: datetime | None = None) -> TenantA
         )
     stalled = stalled_operations(tenant, now)
     count += stalled.count()
-    for op in stalled.order_by("updated_at").only("run_id", "action", "target", "updated_at")[
-        :LIST_LIMIT
-    ]:
-        minutes = int((now - op.updated_at).total_seconds() // 60)
+    fields = ("run_id", "action", "target", "created_at", "attempts")
+    for op in stalled.order_by("created_at").only(*fields)[:LIST_LIMIT]:
+        minutes = int((now - op.created_at).total_seconds() // 60)
         alerts.append(
             Alert(
                 kind="stalled_operation",
                 message=(
                     f"Operation {op.action} on {op.target} has been pending for {minutes} min "
-                    "with no confirmation; reconcile it."
+                    f"over {op.attempts} attempt(s) with no confirmation; reconcile it."
                 ),
                 run_id=op.run_id,
             )

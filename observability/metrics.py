@@ -114,7 +114,7 @@ def _checkpoint_ages(now: datetime) -> tuple[list[tuple[float, float]], int, flo
 def _stalled_operations() -> list[tuple[Labels, float]]:
     rows = (
         ExternalOperation.objects.filter(
-            status=OperationStatus.PENDING, updated_at__lt=stalled_before()
+            status=OperationStatus.PENDING, created_at__lt=stalled_before()
         )
         .values_list("tenant__slug")
         .annotate(n=Count("id"))
@@ -130,7 +130,9 @@ def _approvals(now: datetime) -> list[tuple[Labels, float]] | None:
         model = apps.get_model("approvals", "ApprovalRequest")
     except LookupError:
         return None
-    waiting = Q(status="pending", expires_at__gt=now)
+    # Only requests a waiting run can still use: one left live on a run that was cancelled
+    # or finished is not waiting for anybody.
+    waiting = Q(status="pending", expires_at__gt=now, run__status="waiting_approval")
     expired = Q(status="expired") | Q(status="pending", expires_at__lte=now)
     try:
         rows = list(

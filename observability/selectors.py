@@ -17,9 +17,11 @@ def stalled_before(now: datetime | None = None) -> datetime:
 
 
 def stalled_operations(tenant: Tenant, now: datetime | None = None) -> QuerySet[ExternalOperation]:
-    """The tenant's operations pending for longer than CAIRN_STALLED_OPERATION_SECONDS."""
+    """The tenant's operations pending for longer than CAIRN_STALLED_OPERATION_SECONDS,
+    counted from the first attempt (the reservation): every retry bumps ``updated_at``, so an
+    operation retried without end would otherwise never look stalled."""
     return ExternalOperation.objects.filter(
-        tenant=tenant, status=OperationStatus.PENDING, updated_at__lt=stalled_before(now)
+        tenant=tenant, status=OperationStatus.PENDING, created_at__lt=stalled_before(now)
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -151,6 +152,36 @@ def run_id_parse(run_id: UUID | str) -> UUID:
             "page (36 characters)."
         )
         raise InvalidRequest(sentence, fields={"run_id": sentence}) from None
+
+
+RUN_PREFIX_MIN = 8
+
+
+def run_id_resolve(*, tenant: Tenant, run_id: UUID | str) -> UUID:
+    """The tenant's run named by its full id or by a prefix of at least 8 characters (the
+    console shows 8). InvalidRequest (``fields["run_id"]``) for a blank, malformed, too
+    short or ambiguous prefix; NotFound when no run of the tenant starts with it."""
+    if isinstance(run_id, UUID):
+        return run_id
+    raw = str(run_id).strip().lower()
+    try:
+        return run_id_parse(raw)
+    except InvalidRequest:
+        if not re.fullmatch(r"[0-9a-f][0-9a-f-]{0,35}", raw):
+            raise
+    if len(raw.replace("-", "")) < RUN_PREFIX_MIN:
+        raise InvalidRequest("Enter at least 8 characters of the run id.", fields={"run_id": raw})
+    # The first 8 characters hold no dash: they match SQLite's hex and PostgreSQL's text alike.
+    matches = list(
+        Run.objects.filter(tenant=tenant, pk__startswith=raw[:8]).values_list("pk", flat=True)
+    )
+    matches = [pk for pk in matches if str(pk).startswith(raw) or pk.hex.startswith(raw)][:20]
+    if not matches:
+        raise NotFound(f"No run of this tenant starts with \u201c{raw[:40]}\u201d.")
+    if len(matches) > 1:
+        sentence = f"\u201c{raw[:40]}\u201d starts {len(matches)} runs' ids; type more of the id."
+        raise InvalidRequest(sentence, fields={"run_id": sentence})
+    return matches[0]
 
 
 def legal_hold_set(

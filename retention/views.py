@@ -26,11 +26,11 @@ from retention.policies import (
     policy_validate,
     retention_policy_delete,
     retention_policy_save,
-    run_id_parse,
+    run_id_resolve,
 )
 from retention.services import retention_preview
 from tenants import roles
-from tenants.models import Tenant
+from tenants.models import AuditEvent, Tenant
 
 LABELS = {
     "workflow_type": "Applies to",
@@ -84,6 +84,7 @@ def _page(
     data: PolicyInput | None = None,
     errors: dict[str, str] | None = None,
     refusal: dict[str, str] | None = None,
+    confirm: dict[str, str] | None = None,
     status: int = 200,
 ) -> HttpResponse:
     """The whole page. ``data`` is the policy being edited (by default the saved one of the
@@ -123,13 +124,35 @@ def _page(
         "refusal": refusal or {},
         "workflow_types": scopes,
         "preview": preview,
-        "held_runs": list(
-            Run.objects.filter(tenant=tenant, legal_hold=True)
-            .only("pk", "workflow_type", "status", "updated_at")
-            .order_by("-updated_at")[:50]
-        ),
+        "held_runs": _held_runs(tenant),
+        "tenant_hold": _last_hold_event(tenant, None) if tenant.legal_hold else None,
+        "confirm": confirm or {},
     }
     return render(request, "retention/page.html", context, status=status)
+
+
+def _last_hold_event(tenant: Tenant, run_id: object) -> AuditEvent | None:
+    """The newest ``retention.legal_hold_on`` event of the tenant (``run_id`` None) or run."""
+    events = AuditEvent.objects.filter(tenant=tenant, action="retention.legal_hold_on")
+    events = events.filter(target="tenant") if run_id is None else events.filter(run_id=run_id)
+    return events.order_by("-id").first()
+
+
+def _held_runs(tenant: Tenant) -> list[Run]:
+    """The held runs (50 newest), each with ``hold_event``: who put it on hold, when, why."""
+    runs = list(
+        Run.objects.filter(tenant=tenant, legal_hold=True)
+        .only("pk", "workflow_type", "status", "updated_at")
+        .order_by("-updated_at")[:50]
+    )
+    events: dict[object, AuditEvent] = {}
+    for event in AuditEvent.objects.filter(
+        tenant=tenant, action="retention.legal_hold_on", run_id__in=[r.pk for r in runs]
+    ).order_by("id"):
+        events[event.run_id] = event  # the newest wins
+    for run in runs:
+        run.hold_event = events.get(run.pk)
+    return runs
 
 
 @console_view(roles.ADMIN)
@@ -180,6 +203,22 @@ def retention_preview_partial(request: HttpRequest) -> HttpResponse:
 def retention_policy_remove(request: HttpRequest) -> HttpResponse:
     workflow_type = (request.POST.get("workflow_type") or "").strip()
     scope = workflow_type or "the default"
+    if request.POST.get("confirm") != "1":
+        # Removing a policy changes what is deleted: say what, and ask once more.
+        fallback = (
+            "the runs of this workflow fall back to the default policy"
+            if workflow_type
+            else "runs without a policy of their own are then kept forever"
+        )
+        return _page(
+            request,
+            confirm={
+                "kind": "remove",
+                "workflow_type": workflow_type,
+                "message": f"Remove the retention policy for {scope[:100]}? After that, "
+                f"{fallback}.",
+            },
+        )
     if not retention_policy_delete(
         tenant=request.console.tenant, workflow_type=workflow_type, actor=request.console.actor
     ):
@@ -208,7 +247,33 @@ def retention_hold(request: HttpRequest) -> HttpResponse:
     try:
         if scope not in HOLD_SCOPES or on not in ("0", "1"):
             raise InvalidRequest("The legal hold form was not understood; nothing was changed.")
-        run_id = None if scope == "tenant" else run_id_parse(raw_run)
+        run_id = (
+            None
+            if scope == "tenant"
+            else run_id_resolve(tenant=request.console.tenant, run_id=raw_run)
+        )
+        confirmed = request.POST.get("confirm") == "1"
+        if on == "0" and (not confirmed or not reason):
+            # A release lets retention delete again: it is confirmed, with a reason.
+            what = "the tenant" if run_id is None else f"run {str(run_id)[:8]}"
+            return _page(
+                request,
+                confirm={
+                    "kind": "release",
+                    "scope": scope,
+                    "run_id": "" if run_id is None else str(run_id),
+                    "reason": reason,
+                    "error": "Give a reason: it is recorded in the audit log." if confirmed else "",
+                    "message": f"Release {what} from legal hold? The retention policies then "
+                    "apply to it again, and what they say is due is deleted on the next pass.",
+                },
+                status=422 if confirmed else 200,
+            )
+        if not reason:
+            raise InvalidRequest(
+                "Give a reason: it is recorded with the legal hold in the audit log. Nothing "
+                "was changed."
+            )
         legal_hold_set(
             tenant=request.console.tenant,
             run_id=run_id,

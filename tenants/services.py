@@ -74,6 +74,11 @@ def tenant_create(*, slug: str, name: str = "", owner_username: str) -> tuple[Te
     with transaction.atomic():
         tenant, created = Tenant.objects.get_or_create(slug=slug, defaults={"name": name or slug})
         owner, _ = user_model.objects.get_or_create(username=owner_username)
+        if not owner.password:
+            # An empty hash looks usable to Django yet matches nothing: mark it unusable, so
+            # the owner can be sent a set-password link.
+            owner.set_unusable_password()
+            owner.save(update_fields=["password"])
         _set_role(tenant=tenant, user=owner, role="admin")
         audit_record(
             tenant=tenant,

@@ -73,7 +73,8 @@ def story_run(tenant: Tenant, user, *, objective: str = "ticket-1", stalled: boo
     )
     if stalled:
         ExternalOperation.objects.filter(pk=operation.pk).update(
-            updated_at=timezone.now() - timedelta(hours=2)
+            created_at=timezone.now() - timedelta(hours=2),
+            updated_at=timezone.now() - timedelta(hours=2),
         )
     run.refresh_from_db()
     return run

@@ -105,6 +105,27 @@ def test_retry_of_an_unknown_step_is_422(api, wrun):
     assert "collect, draft, publish_answer" in response.json()["detail"]
 
 
+def test_no_action_moves_a_waiting_run_past_its_approval_409(api, wrun, bob):
+    """The run waits at review: retrying publish over the API is refused, a fork from a
+    checkpoint past the approval state too, and nothing is written."""
+    before = wrun.checkpoint_sequence
+    response = api.post(
+        url(wrun, "retry"), {"step": "publish_answer", "reason": "x"}, format="json"
+    )
+    assert (response.status_code, response.json()["code"]) == (409, "action_not_allowed")
+    assert "has not reached step publish_answer" in response.json()["detail"]
+    assert Checkpoint.objects.filter(run=wrun).count() == before
+    published = advance(wrun, bob, "publish")
+    response = api.post(
+        url(published, "fork"), {"from_sequence": 4, "reason": "again"}, format="json"
+    )
+    assert (response.status_code, response.json()["code"]) == (409, "action_not_allowed")
+    assert "past the approval state review" in response.json()["detail"]
+    preview = api.get(url(published, "fork/preview") + "?from_sequence=4")
+    assert preview.status_code == 409
+    assert Run.objects.count() == 1
+
+
 def test_fork_is_201_with_the_new_run_and_its_warnings(api, wrun, bob):
     run = advance(wrun, bob, "publish")
     operation(run, "pub-1", "confirmed")

@@ -238,18 +238,26 @@ def test_the_confirmation_shows_the_refusals_of_the_action_before_anyone_confirm
 
     failed = advance(worker_run(acme, bob, budget={"max_attempts": 3}), bob, "draft_answer")
     failed = advance(failed, bob, "draft_answer", status="failed")
+    # Only the limits the run has are offered; a forged field is ignored, not granted.
+    form = console.get(action_url(failed, "grant_budget")).content.decode()
+    assert 'name="attempts"' in form and 'name="tokens"' not in form
     html = post(console, failed, "grant_budget", tokens=100).content.decode()
-    assert "The run has no tokens limit; there is nothing to raise." in html
+    assert "Name what to grant" in html
     assert "Grant the budget</button>" not in html
 
     finished = advance(
         advance(advance(worker_run(acme, bob), bob, "draft_answer"), bob, "review"), bob, "publish"
     )
     finished = advance(finished, bob, "done")
+    # The form does not offer a terminal checkpoint (or one past the approval state), and
+    # defaults to the newest one a fork may start from.
+    form = console.get(action_url(finished, "fork")).content.decode()
+    assert f'<option value="{finished.checkpoint_sequence}"' not in form
+    assert '<option value="3" selected>' in form
     html = post(
         console, finished, "fork", from_sequence=finished.checkpoint_sequence
     ).content.decode()
-    assert "is in the terminal state done" in html
+    assert "Select a valid choice" in html
     assert "Create the fork</button>" not in html
     for row in (cancelled, failed, finished):
         before = row.version

@@ -22,7 +22,7 @@ from checkpoints.services.cancel import run_cancel
 from checkpoints.services.checkpoints import checkpoint_envelope, run_verify
 from checkpoints.services.forks import merge_patch, run_fork, run_fork_preview
 from checkpoints.services.leases import lease_acquire
-from checkpoints.services.retry import retry_choices, run_retry
+from checkpoints.services.retry import retry_choices, run_retry, workflow_steps
 from tenants.services import Actor
 from tests.actions_support import advance, audit_events, operation, resume_messages, worker_run
 
@@ -42,11 +42,16 @@ def at_review(acme, bob):  # noqa: ANN001
 
 
 # --- retry -------------------------------------------------------------------------------
-def test_retry_choices_are_the_workflows_named_steps(at_review):
-    assert [(c.step, c.state) for c in retry_choices(at_review)] == [
+def test_retry_choices_are_the_named_steps_the_run_has_reached(at_review):
+    assert [(c.step, c.state) for c in workflow_steps(at_review)] == [
         ("collect", "collect_sources"),
         ("draft", "draft_answer"),
         ("publish_answer", "publish"),
+    ]
+    # publish lies past the approval state the run waits at: it is not offered.
+    assert [(c.step, c.state) for c in retry_choices(at_review)] == [
+        ("collect", "collect_sources"),
+        ("draft", "draft_answer"),
     ]
 
 
@@ -229,35 +234,94 @@ def test_fork_starts_a_new_run_chained_to_the_chosen_checkpoint(at_review, bob):
     assert on_fork.details["inputs_patched"] == ["depth", "lang", "question"]
 
 
-def test_fork_warns_about_effects_confirmed_after_the_checkpoint(at_review, bob):
-    tenant = at_review.tenant
-    # Confirmed before checkpoint 4 and recorded in it: a fork from 4 does not repeat it.
-    operation(at_review, "notify-1", "confirmed", action="notify")
+def test_fork_warns_about_effects_confirmed_after_the_checkpoint(acme, bob):
+    # Confirmed before checkpoint 3 and recorded in it: a fork from 3 does not repeat it.
+    run = advance(worker_run(acme, bob), bob, "draft_answer")
+    operation(run, "notify-1", "confirmed", action="notify")
     run = advance(
-        at_review,
+        run,
         bob,
-        "publish",
+        "review",
         envelope={"side_effects": [{"idempotency_key": "notify-1", "status": "confirmed"}]},
     )
+    run = advance(run, bob, "publish")
     operation(run, "publish-1", "confirmed")
     operation(run, "publish-2", "unknown")
     operation(run, "publish-3", "failed")
-    warnings = run_fork_preview(tenant=tenant, run_id=run.id, from_sequence=4)
+    warnings = run_fork_preview(tenant=acme, run_id=run.id, from_sequence=3)
     assert [(w["idempotency_key"], w["status"]) for w in warnings] == [
         ("publish-1", "confirmed"),
         ("publish-2", "unknown"),
     ]
     assert "may perform it again" in warnings[0]["detail"]
-    earlier = run_fork_preview(tenant=tenant, run_id=run.id, from_sequence=2)
+    earlier = run_fork_preview(tenant=acme, run_id=run.id, from_sequence=2)
     assert [w["idempotency_key"] for w in earlier] == ["notify-1", "publish-1", "publish-2"]
     result = run_fork(
-        tenant=tenant, run_id=run.id, from_sequence=4, reason="again", actor=Actor(user=bob)
+        tenant=acme, run_id=run.id, from_sequence=3, reason="again", actor=Actor(user=bob)
     )
     assert result.warnings == warnings
     assert audit_events(result.run, "run.fork")[0].details["may_repeat"] == [
         "publish-1",
         "publish-2",
     ]
+
+
+def test_a_fork_never_starts_past_an_approval_state(at_review, bob):
+    run = advance(at_review, bob, "publish")  # checkpoint 4, past the approval state review
+    for call in (
+        lambda: run_fork_preview(tenant=run.tenant, run_id=run.id, from_sequence=4),
+        lambda: run_fork(
+            tenant=run.tenant, run_id=run.id, from_sequence=4, reason="x", actor=Actor(user=bob)
+        ),
+    ):
+        with pytest.raises(ActionNotAllowed, match="past the approval state review"):
+            call()
+    assert not Run.objects.filter(forked_from_run=run).exists()
+
+
+def test_retry_refuses_a_step_past_the_approval_state_and_one_not_reached(at_review, bob):
+    with pytest.raises(ActionNotAllowed, match="has not reached step publish_answer"):
+        run_retry(
+            tenant=at_review.tenant,
+            run_id=at_review.id,
+            step="publish_answer",
+            reason="skip the review",
+            actor=Actor(user=bob),
+        )
+    # Once published and sent back to redo the draft, the run waits at review again: its
+    # earlier approval was for the earlier position; publish is past the approval state.
+    run = advance(at_review, bob, "publish", status="failed")
+    run_retry(tenant=run.tenant, run_id=run.id, step="draft", reason="redo", actor=Actor(user=bob))
+    run = advance(run, bob, "review")
+    assert run.status == RunStatus.WAITING_APPROVAL
+    with pytest.raises(ActionNotAllowed, match="after the approval state review"):
+        run_retry(
+            tenant=run.tenant,
+            run_id=run.id,
+            step="publish_answer",
+            reason="skip the review",
+            actor=Actor(user=bob),
+        )
+    run.refresh_from_db()
+    assert run.status == RunStatus.WAITING_APPROVAL and run.state == "review"
+    assert [c.step for c in retry_choices(run)] == ["collect", "draft"]
+
+
+def test_retry_of_a_step_the_run_passed_its_approval_for_is_allowed(at_review, bob):
+    run = advance(at_review, bob, "publish", status="failed")
+    again = run_retry(
+        tenant=run.tenant,
+        run_id=run.id,
+        step="publish_answer",
+        reason="provider fixed",
+        actor=Actor(user=bob),
+    )
+    assert again.status == RunStatus.RUNNING and again.state == "publish"
+    # And back before the approval: the run will ask again there.
+    back = run_retry(
+        tenant=run.tenant, run_id=run.id, step="draft", reason="redo", actor=Actor(user=bob)
+    )
+    assert back.state == "draft_answer"
 
 
 def test_fork_refuses_an_unknown_sequence_and_another_tenants_run(at_review, bob, globex):

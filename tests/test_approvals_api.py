@@ -214,7 +214,7 @@ def test_it_refuses_self_approval_with_409(api_as, alice, acme, waiting, artifac
 def test_it_refuses_a_double_decision_with_409(as_carol, waiting, artifact, bob):
     request = ask(waiting, artifact, bob, required_approvals=2)
     assert decision_of(as_carol, request).status_code == 200
-    response = decision_of(as_carol, request, "reject")
+    response = decision_of(as_carol, request, "reject", comment="changed my mind")
     assert response.status_code == 409 and response.json()["code"] == "already_decided"
 
 

@@ -193,7 +193,7 @@ def test_the_page_refuses_a_double_decision(waiting, artifact, bob, carol):
     request = ask(waiting, artifact, bob, required_approvals=2)
     client = signed_in(carol)
     assert post_decision(client, request).status_code == 302
-    response = post_decision(client, request, "reject")
+    response = post_decision(client, request, "reject", comment="changed my mind")
     assert response.status_code == 409
     assert "already decided" in refusal_text(response)
     assert ApprovalDecision.objects.filter(request=request).count() == 1

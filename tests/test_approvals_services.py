@@ -222,7 +222,7 @@ def test_it_refuses_a_second_decision_by_the_same_reviewer(waiting, artifact, bo
     request = ask(waiting, artifact, bob, required_approvals=2)
     decide(request, carol)
     with pytest.raises(AlreadyDecided) as caught:
-        decide(request, carol, "reject")
+        decide(request, carol, "reject", comment="changed my mind")
     assert caught.value.code == "already_decided" and caught.value.status == 409
     assert ApprovalDecision.objects.filter(request=request).count() == 1
 
@@ -230,7 +230,7 @@ def test_it_refuses_a_second_decision_by_the_same_reviewer(waiting, artifact, bo
 def test_it_refuses_a_decision_on_a_request_others_settled(request_, carol, alice):
     decide(request_, carol)
     with pytest.raises(ApprovalClosed):
-        decide(request_, alice, "reject")
+        decide(request_, alice, "reject", comment="not good")
 
 
 def test_another_tenants_request_is_not_found(request_, globex, charlie):

@@ -137,11 +137,12 @@ def test_counts_per_status_ignore_the_status_filter(bob_client, bob, acme, workf
     plain_run(acme, bob)
     page_html = get(bob_client, status="running")
     # The page asks for its counts separately, with the same filters.
-    load = re.search(r'id="status-counts" hx-get="([^"]+)" hx-trigger="load"', page_html)
+    load = re.search(r'id="status-counts" hx-get="([^"]+)" hx-trigger="load, every', page_html)
     assert load and "status=running" in load.group(1)
     response = bob_client.get(load.group(1).replace("&amp;", "&"), HTTP_HX_REQUEST="true")
     html = response.content.decode()
-    assert "<html" not in html and "hx-trigger" not in html
+    # The counts keep refreshing themselves (status chips stay current), with the filters.
+    assert "<html" not in html and 'hx-trigger="every ' in html and "status=running" in html
     running = re.search(r'data-status="running"[^>]*>Running <span class="count">(\d+)', html)
     waiting = re.search(
         r'data-status="waiting_approval"[^>]*>Waiting Approval <span class="count">(\d+)', html

@@ -30,7 +30,8 @@ def _stalled(run, key: str, minutes: int):  # noqa: ANN001, ANN202
         status=OperationStatus.PENDING,
     )
     ExternalOperation.objects.filter(pk=op.pk).update(
-        updated_at=timezone.now() - timedelta(minutes=minutes)
+        created_at=timezone.now() - timedelta(minutes=minutes),
+        updated_at=timezone.now() - timedelta(minutes=minutes),
     )
 
 

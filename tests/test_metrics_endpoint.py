@@ -68,7 +68,9 @@ def _operation(run, key: str, age: timedelta, status=OperationStatus.PENDING):  
         request_fingerprint="f" * 64,
         status=status,
     )
-    ExternalOperation.objects.filter(pk=op.pk).update(updated_at=timezone.now() - age)
+    ExternalOperation.objects.filter(pk=op.pk).update(
+        created_at=timezone.now() - age, updated_at=timezone.now() - age
+    )
     return op
 
 
@@ -105,17 +107,21 @@ def test_it_counts_stalled_operations_per_tenant(client, settings, estate):
 
 def test_it_counts_approvals_waiting_and_expired(client, acme, estate):
     run = estate["running"].run
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.WAITING_APPROVAL)
+    finished = estate["done"].run
     draft = artifact(acme, b"draft under review")
     now = timezone.now()
-    for action, status, expires in (
-        ("publish", "pending", now + timedelta(hours=1)),  # waiting
-        ("send", "pending", now - timedelta(minutes=1)),  # expired, not swept yet
-        ("archive", "expired", now - timedelta(hours=1)),  # expired
-        ("print", "approved", now + timedelta(hours=1)),  # neither
+    for on, action, status, expires in (
+        (run, "publish", "pending", now + timedelta(hours=1)),  # waiting
+        (run, "send", "pending", now - timedelta(minutes=1)),  # expired, not swept yet
+        (run, "archive", "expired", now - timedelta(hours=1)),  # expired
+        (run, "print", "approved", now + timedelta(hours=1)),  # neither
+        # Left pending on a run that finished: nobody waits for it.
+        (finished, "publish", "pending", now + timedelta(hours=1)),
     ):
         ApprovalRequest.objects.create(
             tenant=acme,
-            run=run,
+            run=on,
             run_version=run.version,
             checkpoint_sequence=run.checkpoint_sequence,
             artifact=draft,

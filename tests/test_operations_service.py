@@ -296,7 +296,7 @@ def test_stalled_operations_are_those_pending_longer_than_the_threshold(run, set
     settle(done, "confirmed")
     an_hour_ago = timezone.now() - timedelta(hours=1)
     ExternalOperation.objects.filter(idempotency_key__in=["old", "done", "reserved-only"]).update(
-        updated_at=an_hour_ago
+        created_at=an_hour_ago, updated_at=an_hour_ago
     )
     assert [o.idempotency_key for o in operations_stalled()] == ["old"]
     assert [o.idempotency_key for o in operations_stalled(tenant=run.tenant)] == ["old"]

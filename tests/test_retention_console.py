@@ -104,10 +104,10 @@ def test_the_legal_hold_toggles_for_the_tenant_and_a_run(alice, acme, finished):
     client.post(HOLD, {"scope": "tenant", "on": "1", "reason": "litigation"})
     assert Tenant.objects.get(pk=acme.pk).legal_hold
     assert "On legal hold" in client.get(PAGE).content.decode()
-    client.post(HOLD, {"scope": "tenant", "on": "0"})
+    client.post(HOLD, {"scope": "tenant", "on": "0", "reason": "settled", "confirm": "1"})
     assert not Tenant.objects.get(pk=acme.pk).legal_hold
     run = finished[0].run
-    client.post(HOLD, {"scope": "run", "on": "1", "run_id": str(run.pk)})
+    client.post(HOLD, {"scope": "run", "on": "1", "run_id": str(run.pk), "reason": "subpoena"})
     assert Run.objects.get(pk=run.pk).legal_hold
     html = client.get(PAGE).content.decode()
     assert str(run.pk)[:8] in re.search(r'<ul id="held-runs">.*?</ul>', html, re.S).group(0)
@@ -120,7 +120,9 @@ def test_a_hold_on_another_tenants_run_is_refused(alice, globex, charlie, workfl
         tenant=globex, workflow_type="research", version="1", definition=SIMPLE_DEFINITION
     )
     theirs = build(globex, charlie, status=RunStatus.SUCCEEDED, length=2).run
-    response = signed_in(alice).post(HOLD, {"scope": "run", "on": "1", "run_id": str(theirs.pk)})
+    response = signed_in(alice).post(
+        HOLD, {"scope": "run", "on": "1", "run_id": str(theirs.pk), "reason": "x"}
+    )
     assert response.status_code == 404 and "No such run" in response.content.decode()
     assert not Run.objects.get(pk=theirs.pk).legal_hold
 
@@ -158,7 +160,9 @@ def test_the_tenant_hold_is_its_own_form_with_an_explicit_scope(alice, acme):
     run_form = re.search(r'<form[^>]*id="run-hold-form".*?</form>', html, re.S).group(0)
     assert 'name="scope" value="tenant"' in tenant_form and 'name="run_id"' not in tenant_form
     assert 'name="scope" value="run"' in run_form
-    response = signed_in(alice).post(HOLD, {"scope": "tenant", "on": "1"}, follow=True)
+    response = signed_in(alice).post(
+        HOLD, {"scope": "tenant", "on": "1", "reason": "audit"}, follow=True
+    )
     assert "The tenant is on legal hold." in response.content.decode()
     assert Tenant.objects.get(pk=acme.pk).legal_hold
 
@@ -167,7 +171,7 @@ def test_a_run_id_that_is_not_a_uuid_is_refused_with_a_sentence(alice, acme, fin
     response = signed_in(alice).post(HOLD, {"scope": "run", "on": "1", "run_id": "abc123"})
     html = response.content.decode()
     assert response.status_code == 422
-    assert "is not a run id" in run_hold_error(html) and 'value="abc123"' in html
+    assert "at least 8 characters" in run_hold_error(html) and 'value="abc123"' in html
     assert not Run.objects.filter(legal_hold=True).exists() and hold_events() == 0
     with pytest.raises(InvalidRequest):  # the service, too, refuses rather than failing
         legal_hold_set(tenant=acme, run_id="abc123", on=True, actor=ACTOR)
@@ -186,7 +190,7 @@ def test_another_tenants_run_gets_the_same_answer_as_a_run_that_does_not_exist(
     client = signed_in(alice)
     answers = []
     for run_id in (str(theirs.pk), str(uuid.uuid4())):
-        response = client.post(HOLD, {"scope": "run", "on": "1", "run_id": run_id})
+        response = client.post(HOLD, {"scope": "run", "on": "1", "run_id": run_id, "reason": "x"})
         answers.append((response.status_code, run_hold_error(response.content.decode())))
     assert answers[0] == answers[1] == (404, "No such run in this tenant.")
     assert not Run.objects.filter(legal_hold=True).exists() and hold_events() == 0
@@ -195,7 +199,10 @@ def test_another_tenants_run_gets_the_same_answer_as_a_run_that_does_not_exist(
 
 
 def test_releasing_a_run_that_is_gone_says_so_by_the_held_runs(alice, finished):
-    response = signed_in(alice).post(HOLD, {"scope": "run", "on": "0", "run_id": str(uuid.uuid4())})
+    response = signed_in(alice).post(
+        HOLD,
+        {"scope": "run", "on": "0", "run_id": str(uuid.uuid4()), "confirm": "1", "reason": "x"},
+    )
     html = response.content.decode()
     assert response.status_code == 404
     assert re.search(r'id="release-error"[^>]*>No such run in this tenant\.<', html)
@@ -339,12 +346,12 @@ def test_a_refused_preview_answers_its_partial_with_a_4xx(alice, finished):
 def test_removing_a_policy_that_does_not_exist_says_so(alice, acme, workflow):
     save(acme, "research", intermediate_days=5)
     client = signed_in(alice)
-    response = client.post(REMOVE, {"workflow_type": ""})
+    response = client.post(REMOVE, {"workflow_type": "", "confirm": "1"})
     html = response.content.decode()
     assert response.status_code == 404
     assert re.search(r'id="remove-error"[^>]*>There is no saved policy for the default', html)
     assert RetentionPolicy.objects.filter(workflow_type="research").exists()
     assert not AuditEvent.objects.filter(action="retention.policy_removed").exists()
-    response = client.post(REMOVE, {"workflow_type": "research"}, follow=True)
+    response = client.post(REMOVE, {"workflow_type": "research", "confirm": "1"}, follow=True)
     assert "Policy for research removed." in response.content.decode()
     assert not RetentionPolicy.objects.exists()

@@ -80,9 +80,9 @@ REQUIRED: dict[str, str] = {
     "tenants:revoke_token": ADMIN,
     "tenants:grant": ADMIN,
     "tenants:revoke_grant": ADMIN,
-    "tenants:audit": ADMIN,
-    "tenants:audit_csv": ADMIN,
-    "tenants:audit_jsonl": ADMIN,
+    "tenants:audit": OPERATOR,
+    "tenants:audit_csv": OPERATOR,
+    "tenants:audit_jsonl": OPERATOR,
     "tenants:set_password": PUBLIC,  # the one-time token in the link is the credential
     "tenants:set_password_done": PUBLIC,
     "tenants:invitation": PUBLIC,  # the one-time token in the link, and then the invitee's sign-in
@@ -100,7 +100,9 @@ REQUIRED: dict[str, str] = {
     "console:operation_outcome": OPERATOR,
     "console:artifact_view": OPERATOR,
     "console:checkpoint_detail": OPERATOR,
-    "console:health": ADMIN,
+    "console:health": OPERATOR,
+    "console:run_start": OPERATOR,
+    "approvals:mine": REVIEWER,
     "console:retention": ADMIN,
     "console:retention_preview": ADMIN,
     "console:retention_remove": ADMIN,

@@ -82,6 +82,12 @@ def approval_decide(
             "decision must be 'approve' or 'reject'.", fields={"decision": "approve or reject"}
         )
     comment = (comment or "").strip()
+    if decision == DecisionKind.REJECT and not comment:
+        raise InvalidRequest(
+            "Give a reason for the rejection: it is recorded with the decision and becomes the "
+            "run's reason. Nothing was decided.",
+            fields={"comment": "required for a rejection"},
+        )
     if len(comment) > MAX_COMMENT:
         raise InvalidRequest(
             f"The comment is longer than {MAX_COMMENT} characters.", fields={"comment": "too long"}
@@ -144,8 +150,8 @@ def _decide(
     raise _Refusal(
         expired,
         ApprovalExpired(
-            f"This approval request expired at {expired.expires_at.isoformat()}; "
-            "nothing was decided. A fresh request is raised while the run still waits."
+            f"This approval request expired at {expired.expires_at:%Y-%m-%d %H:%M:%S} UTC; "
+            "nothing was decided. A fresh request is raised (once) while the run still waits."
         ),
     )
 

@@ -77,7 +77,9 @@ def _unusable(
     if request.status == ApprovalStatus.EXPIRED or (
         request.status in LIVE_STATUSES and request.expires_at <= now
     ):
-        return ApprovalExpired(f"The approval expired at {request.expires_at.isoformat()}.")
+        return ApprovalExpired(
+            f"The approval expired at {request.expires_at:%Y-%m-%d %H:%M:%S} UTC."
+        )
     if request.artifact_sha256 != sha:
         return ApprovalHashMismatch(
             f"The approval is for artifact {request.artifact_sha256[:12]}…, "

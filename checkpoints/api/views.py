@@ -22,7 +22,7 @@ from checkpoints.services.artifacts import artifact_get, artifact_read, artifact
 from checkpoints.services.checkpoints import checkpoint_commit, checkpoint_read, run_get, run_verify
 from checkpoints.services.integrity import checkpoints_columns_verify, run_head_verify
 from checkpoints.services.leases import lease_acquire, lease_release
-from checkpoints.services.runs import run_create
+from checkpoints.services.runs import budget_with_defaults, run_create
 from checkpoints.services.workflows import workflow_register, workflows_visible
 from tenants import roles
 from tenants.models import Tenant
@@ -140,7 +140,7 @@ class RunListView(CairnAPIView):
             workflow_version=data.get("workflow_version"),
             inputs=data["inputs"],
             objective_ref=data["objective_ref"],
-            budget=data.get("budget"),
+            budget=budget_with_defaults(data.get("budget")),
             execution=data.get("execution"),
             actor=self.actor,
         )

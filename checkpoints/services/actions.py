@@ -156,6 +156,66 @@ def refuse_exhausted(run: Run, what: str) -> None:
         )
 
 
+# --- approval gates -------------------------------------------------------------------------
+# An operator action moves a run to a checkpointed position; it must never move it past an
+# approval state it has not passed. Only the approval gate (``approvals.services.
+# approval_gate``, called by the worker at the approval state) lets a run continue there.
+def _successors(definition: dict[str, Any]) -> dict[str, list[str]]:
+    graph: dict[str, list[str]] = {s: [] for s in definition.get("states") or ()}
+    for source, target in definition.get("transitions") or ():
+        graph.setdefault(source, []).append(target)
+    return graph
+
+
+def states_reachable(
+    definition: dict[str, Any], start: str, *, stop_at_approvals: bool = False
+) -> set[str]:
+    """The states reachable from ``start`` (itself included). With ``stop_at_approvals``
+    the walk enters approval states but never leaves one: what a run at ``start`` may reach
+    without anyone's approval."""
+    graph = _successors(definition)
+    gates = set(definition.get("approval_states") or ())
+    seen, todo = {start}, [start]
+    while todo:
+        state = todo.pop()
+        if stop_at_approvals and state in gates:
+            continue
+        for target in graph.get(state, ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def gate_in_the_way(definition: dict[str, Any], current: str, target: str) -> str | None:
+    """The approval state a jump from ``current`` to ``target`` would skip, or None.
+
+    Going back (``target`` lies before ``current`` and not also after it) and going forward
+    within the stretch that needs no approval are fine: the run meets its approval states
+    again on its own way. Anything else forward crosses an approval state.
+    """
+    if target in states_reachable(definition, current, stop_at_approvals=True):
+        return None
+    if current in states_reachable(definition, target) and target not in states_reachable(
+        definition, current
+    ):
+        return None
+    gates = definition.get("approval_states") or ()
+    free = states_reachable(definition, current, stop_at_approvals=True)
+    for gate in gates:
+        if gate in free and target in states_reachable(definition, gate):
+            return gate
+    return None
+
+
+def gated_states(definition: dict[str, Any]) -> set[str]:
+    """States a run can only reach through an approval state: past the approvals of a
+    workflow, seen from its initial state."""
+    initial = definition.get("initial") or (definition.get("states") or [""])[0]
+    free = states_reachable(definition, initial, stop_at_approvals=True)
+    return set(definition.get("states") or ()) - free
+
+
 # --- resume ---------------------------------------------------------------------------------
 def resume_check(run: Run) -> None:
     """The refusals of ``run_resume`` for the run as it is (reads nothing more), so a
@@ -377,7 +437,18 @@ def run_grant_budget(
         expected = version_check(run, expected_version)
         before = dict(run.budget_limits)
         plan = grant_plan(run, attempts=attempts, tokens=tokens, cost=cost, deadline=deadline)
-        version = version_bump(run, expected, budget_limits=plan.limits)
+        what = ", ".join(
+            "a later deadline" if k == "deadline" else f"{k} +{v}" for k, v in plan.granted.items()
+        )
+        # The reason the page shows must not keep saying the budget is used up.
+        status_reason = (
+            f"budget granted by {actor.name} ({what}); resume the run to continue"
+            if run.status == RunStatus.FAILED
+            else f"budget granted by {actor.name} ({what})"
+        )
+        version = version_bump(
+            run, expected, budget_limits=plan.limits, status_reason=status_reason
+        )
         if run.status in (RunStatus.RUNNING, RunStatus.WAITING_RETRY):
             enqueue_continue(run, version, available_at=run.next_eligible_at)
         audit_record(

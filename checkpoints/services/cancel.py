@@ -102,6 +102,13 @@ def run_cancel(
         version = version_bump(
             run, expected, status=status, status_reason=status_reason, next_eligible_at=None
         )
+        # A cancelled (or cancelling) run never continues: its live requests are closed now,
+        # so reviewers' queues and cairn_approvals{state="waiting"} stop counting it.
+        from approvals.services.closing import approval_requests_close
+
+        approval_requests_close(
+            run=run, reason=f"The run was cancelled by {actor.name}: {reason}", actor=actor
+        )
         if keys:
             outbox.outbox_enqueue(
                 run=run,

@@ -35,7 +35,13 @@ from checkpoints.models import (
     RunStatus,
 )
 from checkpoints.services import outbox
-from checkpoints.services.actions import reason_clean, run_reload, version_check
+from checkpoints.services.actions import (
+    gated_states,
+    reason_clean,
+    run_reload,
+    states_reachable,
+    version_check,
+)
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS, checkpoint_envelope, run_get
 from checkpoints.services.runs import genesis
 from tenants.models import Tenant
@@ -133,6 +139,36 @@ class _ForkPlan:
     warnings: list[dict[str, Any]]
 
 
+def fork_gate_refusal(source: Run, state: str) -> str:
+    """Why a fork may not start at ``state`` because of an approval, or "". A fork is a new
+    run: an approval the source run used (consumed once, for the source's version) is not
+    its approval, so it may not start past an approval state; from the approval state or
+    earlier it asks for its own."""
+    definition = source.workflow.definition
+    if state not in gated_states(definition):
+        return ""
+    gates = [
+        g
+        for g in definition.get("approval_states") or ()
+        if state in states_reachable(definition, g)
+    ]
+    return (
+        f"is at state {state}, past the approval state {', '.join(gates) or 'of the workflow'}: "
+        "a fork is a new run and the source's approval does not carry over, so it would "
+        "continue without one. Fork from the approval state or earlier; the fork then asks "
+        "for its own approval."
+    )
+
+
+def forkable_sequences(run: Run, rows: list[tuple[int, str]]) -> list[int]:
+    """Of ``(sequence, state)`` rows, the sequences a fork may start from (not a terminal
+    state, not past an approval state)."""
+    definition = run.workflow.definition
+    terminal = set(definition.get("terminal") or ())
+    gated = gated_states(definition)
+    return [seq for seq, state in rows if state not in terminal and state not in gated]
+
+
 def _fork_plan(source: Run, from_sequence: int, inputs_patch: dict[str, Any] | None) -> _ForkPlan:
     """What a fork from ``from_sequence`` starts from, or why it cannot be made."""
     if inputs_patch is not None and not isinstance(inputs_patch, dict):
@@ -147,6 +183,9 @@ def _fork_plan(source: Run, from_sequence: int, inputs_patch: dict[str, Any] | N
             f"Checkpoint {from_sequence} is in the terminal state {checkpoint.state}; a "
             "fork from it would have nothing to do. Choose an earlier checkpoint."
         )
+    gate = fork_gate_refusal(source, checkpoint.state)
+    if gate:
+        raise ActionNotAllowed(f"Checkpoint {from_sequence} {gate}")
     inputs = _fork_inputs(envelope, inputs_patch)
     return _ForkPlan(checkpoint, envelope, inputs, _warnings(source, envelope, from_sequence))
 
@@ -206,8 +245,12 @@ def run_fork(
     events on both runs. The source run is not modified; ``expected_version`` (optional) only
     makes sure the caller decided on what the source looks like now.
 
+    A fork never starts past an approval state (``fork_gate_refusal``): the source's
+    approval was bound to the source's version and used once.
+
     Raises NotFound, InvalidRequest, ConcurrentCheckpointWrite, UnknownCheckpoint,
-    ActionNotAllowed (a checkpoint in a terminal state), SecretInEnvelope or PayloadTooLarge.
+    ActionNotAllowed (a checkpoint in a terminal state or past an approval state),
+    SecretInEnvelope or PayloadTooLarge.
     """
     reason = reason_clean(reason)
     with transaction.atomic():

@@ -284,15 +284,16 @@ def operations_stalled(
     *, tenant: Tenant | None = None, older_than: timedelta | None = None
 ) -> QuerySet[ExternalOperation]:
     """Operations pending longer than ``older_than`` (CAIRN_STALLED_OPERATION_SECONDS by
-    default), oldest first: an effect that was started and never settled."""
+    default) since their first attempt, oldest first: an effect that was started and never
+    settled (retries do not reset the clock)."""
     if older_than is None:
         older_than = timedelta(seconds=settings.CAIRN_STALLED_OPERATION_SECONDS)
     stalled = ExternalOperation.objects.filter(
-        status=OperationStatus.PENDING, updated_at__lt=timezone.now() - older_than
+        status=OperationStatus.PENDING, created_at__lt=timezone.now() - older_than
     )
     if tenant is not None:
         stalled = stalled.filter(tenant=tenant)
-    return stalled.select_related("run").order_by("updated_at", "id")
+    return stalled.select_related("run").order_by("created_at", "id")
 
 
 def _audit(
@@ -574,7 +575,7 @@ def operation_record_outcome(
         )
     with transaction.atomic():
         if outcome == OperationStatus.CONFIRMED:
-            return operation_confirm(
+            settled = operation_confirm(
                 operation_id=operation.id,
                 provider_operation_id=provider_operation_id,
                 result=result if result is not None else {},
@@ -582,9 +583,31 @@ def operation_record_outcome(
                 reason=reason,
                 audit_action="operation.outcome_recorded",
             )
-        return operation_fail(
-            operation_id=operation.id,
-            reason=reason,
-            actor=actor,
-            audit_action="operation.outcome_recorded",
-        )
+        else:
+            settled = operation_fail(
+                operation_id=operation.id,
+                reason=reason,
+                actor=actor,
+                audit_action="operation.outcome_recorded",
+            )
+        _run_reason_after_outcome(settled, outcome=outcome, actor=actor)
+        return settled
+
+
+def _run_reason_after_outcome(operation: ExternalOperation, *, outcome: str, actor: Actor) -> None:
+    """Say on the run that the outcome is known now: a reason that still asks for it would
+    send the next operator to do it again. The version does not move (nothing else changed);
+    a run that finished meanwhile (a cancel completed by this outcome) keeps its reason."""
+    still_open = (
+        ExternalOperation.objects.filter(run_id=operation.run_id)
+        .exclude(status__in=FINAL_STATUSES)
+        .count()
+    )
+    reason = f"outcome of {operation.idempotency_key} recorded as {outcome} by {actor.name}; " + (
+        f"{still_open} operation(s) still without a known outcome"
+        if still_open
+        else "no operation is left without a known outcome"
+    )
+    Run.objects.filter(pk=operation.run_id).exclude(
+        status__in=(RunStatus.CANCELLED, RunStatus.SUCCEEDED)
+    ).update(status_reason=reason)

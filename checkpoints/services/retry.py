@@ -15,8 +15,9 @@ from uuid import UUID
 from django.db import transaction
 
 from checkpoints.errors import ActionNotAllowed, UnknownStep
-from checkpoints.models import Run, RunStatus
+from checkpoints.models import Checkpoint, Run, RunStatus
 from checkpoints.services.actions import (
+    gate_in_the_way,
     locked_run,
     reason_clean,
     refuse_exhausted,
@@ -48,8 +49,8 @@ class StepChoice:
     state: str
 
 
-def retry_choices(run: Run) -> list[StepChoice]:
-    """The steps an operator may retry, in the workflow's order. Code workflows name their
+def workflow_steps(run: Run) -> list[StepChoice]:
+    """Every step of the run's workflow, in the workflow's order. Code workflows name their
     steps (``definition["steps"]`` maps state → step); declarative ones have one per
     non-terminal state, named like the state."""
     definition = run.workflow.definition
@@ -60,8 +61,60 @@ def retry_choices(run: Run) -> list[StepChoice]:
     return [StepChoice(s, s) for s in definition["states"] if s not in terminal]
 
 
+def states_reached(run: Run) -> set[str]:
+    """The states the run has been at: its own checkpoints, its current state and, for a
+    fork, the states of the run it was forked from up to the checkpoint it starts from."""
+    reached = {run.state, *Checkpoint.objects.filter(run=run).values_list("state", flat=True)}
+    source, checkpoint = run.forked_from_run_id, run.forked_from_checkpoint_id
+    for _ in range(20):  # a fork of a fork of …; the chain is short, never a loop
+        if source is None or checkpoint is None:
+            break
+        upto = Checkpoint.objects.filter(pk=checkpoint).values_list("sequence", flat=True).first()
+        if upto is None:
+            break
+        reached.update(
+            Checkpoint.objects.filter(run_id=source, sequence__lte=upto).values_list(
+                "state", flat=True
+            )
+        )
+        source, checkpoint = (
+            Run.objects.filter(pk=source)
+            .values_list("forked_from_run_id", "forked_from_checkpoint_id")
+            .first()
+        ) or (None, None)
+    return reached
+
+
+def retry_refusal(run: Run, choice: StepChoice, reached: set[str] | None = None) -> str:
+    """Why ``choice`` may not be retried on the run as it is, or "" when it may: only steps
+    the run has reached, and never a step past an approval state the run has not passed
+    (only the approval gate moves a run past it, with an approval of the artifact's
+    sha256). Reads the run's checkpoint states unless ``reached`` is given."""
+    reached = states_reached(run) if reached is None else reached
+    if choice.state not in reached:
+        return (
+            f"The run has not reached step {choice.step} (state {choice.state}) yet; a retry "
+            "runs again only a step the run has been at."
+        )
+    gate = gate_in_the_way(run.workflow.definition, run.state, choice.state)
+    if gate:
+        return (
+            f"Step {choice.step} comes after the approval state {gate}, which the run has not "
+            f"passed at its current position ({run.state}): only an approval of the artifact "
+            "under review lets it continue there. Decide its approval request instead; the "
+            "run continues on its own once it is approved."
+        )
+    return ""
+
+
+def retry_choices(run: Run) -> list[StepChoice]:
+    """The steps an operator may retry now, in the workflow's order (see ``retry_refusal``)."""
+    reached = states_reached(run)
+    return [c for c in workflow_steps(run) if not retry_refusal(run, c, reached)]
+
+
 def _resolve_step(run: Run, step: str) -> StepChoice:
-    choices = retry_choices(run)
+    choices = workflow_steps(run)
     by_state = [c for c in choices if c.state == step]
     matches = by_state or [c for c in choices if c.step == step]
     if len(matches) == 1:
@@ -98,9 +151,14 @@ def run_retry(
     checks), inside this transaction together with the audit event. Refused while an
     operation's outcome is open (a retry must not repeat a side effect blindly).
 
+    Only a step the run has reached, and never past an approval state the run has not passed
+    (``retry_refusal``); live approval requests of the run are superseded in the same
+    transaction (they are bound to the version the retry moves).
+
     Raises NotFound, InvalidRequest, ConcurrentCheckpointWrite, RunNotActive, UnknownStep,
-    ActionNotAllowed (open operations, reconciling), BudgetExhausted, LeaseHeld (a worker is
-    executing a step) or SecretInEnvelope (the reason looks like a credential).
+    ActionNotAllowed (a step not reached or past an approval, open operations, reconciling),
+    BudgetExhausted, LeaseHeld (a worker is executing a step) or SecretInEnvelope (the reason
+    looks like a credential).
     """
     reason = reason_clean(reason)
     with transaction.atomic():
@@ -108,6 +166,9 @@ def run_retry(
         expected = version_check(run, expected_version)
         refuse_finished(run, "retried")
         choice = _resolve_step(run, step)
+        refusal = retry_refusal(run, choice)
+        if refusal:
+            raise ActionNotAllowed(refusal, fields={"step": "not retryable now"})
         keys = list(operations_open(run=run).values_list("idempotency_key", flat=True))
         if keys or run.status not in RETRYABLE:
             raise ActionNotAllowed(
@@ -122,6 +183,17 @@ def run_retry(
             {"actor": actor.name, "reason": reason, "action": "retry", "next_eligible_at": None}
         )
         previous_state, previous_status = run.state, run.status
+        # The run's version moves: a live request bound to the old one can never be used.
+        from approvals.models import ApprovalStatus
+        from approvals.services.closing import approval_requests_close
+
+        approval_requests_close(
+            run=run,
+            reason=f"The run moved on: step {choice.step} was retried by {actor.name}; it asks "
+            "again when it reaches its approval state.",
+            actor=actor,
+            status=ApprovalStatus.SUPERSEDED,
+        )
         result = checkpoint_commit(
             tenant=tenant,
             run_id=run.id,

@@ -68,6 +68,17 @@ def budget_normalize(raw: dict[str, Any] | None) -> dict[str, Any]:
     return limits
 
 
+def budget_with_defaults(budget: dict[str, Any] | None) -> dict[str, Any]:
+    """The budget a run created over the API or the console starts with: without
+    ``max_attempts`` it gets CAIRN_DEFAULT_MAX_ATTEMPTS, so a failing step cannot retry
+    without end. An explicit ``"max_attempts": null`` keeps attempts unlimited."""
+    from django.conf import settings
+
+    budget = dict(budget or {})
+    budget.setdefault("max_attempts", settings.CAIRN_DEFAULT_MAX_ATTEMPTS)
+    return budget
+
+
 def run_create(
     *,
     tenant: Tenant,

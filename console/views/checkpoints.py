@@ -27,6 +27,18 @@ GROUP_TITLES = {
 }
 
 
+COMPARE_CHOICES_LIMIT = 200
+
+
+def _against(request: HttpRequest, run, sequence: int) -> int | None:  # noqa: ANN001
+    """The checkpoint chosen to compare with, or None for the parent."""
+    raw = request.GET.get("against", "")
+    if not raw.isdigit() or len(raw) > 18:
+        return None
+    chosen = int(raw)
+    return None if chosen == sequence else chosen
+
+
 @console_view(roles.OPERATE)
 def checkpoint_detail(request: HttpRequest, run_id: UUID, sequence: int) -> HttpResponse:
     access = request.console
@@ -45,7 +57,21 @@ def checkpoint_detail(request: HttpRequest, run_id: UUID, sequence: int) -> Http
             {"run": run, "sequence": sequence, "error": exc.detail},
         )
     parent, parent_envelope, parent_error = None, None, ""
-    if checkpoint.parent_id:
+    against = _against(request, run, sequence)
+    if against is not None:
+        # Any other checkpoint of the run, chosen on the page (``?against=N``).
+        parent = (
+            Checkpoint.objects.filter(tenant=access.tenant, run=run, sequence=against)
+            .only("id", "run_id", "sequence", "sha256")
+            .first()
+        )
+        if parent is None:
+            parent_error = f"The run has no checkpoint #{against} (any more) to compare with."
+        else:
+            parent_envelope, parent_error = run_reads.envelope_for_page(
+                access, run_id=run.pk, sequence=against
+            )
+    elif checkpoint.parent_id:
         # A fork's first checkpoint has the source run's checkpoint as its parent.
         parent = (
             Checkpoint.objects.filter(tenant=access.tenant, pk=checkpoint.parent_id)
@@ -67,6 +93,13 @@ def checkpoint_detail(request: HttpRequest, run_id: UUID, sequence: int) -> Http
         "parent": parent,
         "parent_error": parent_error,
         "has_parent_envelope": parent_envelope is not None,
+        "against": against,
+        "compare_choices": list(
+            Checkpoint.objects.filter(run=run)
+            .exclude(sequence=sequence)
+            .order_by("-sequence")
+            .values_list("sequence", "state")[:COMPARE_CHOICES_LIMIT]
+        ),
         "verification": run_verify(tenant=access.tenant, run_id=run.pk),
     }
     return render(request, "console/checkpoint_detail.html", context)

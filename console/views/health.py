@@ -26,7 +26,7 @@ def _restore_threshold(request: HttpRequest) -> int:
         return DEFAULT_RESTORES
 
 
-@console_view(roles.ADMIN)
+@console_view(roles.OPERATE)
 def health(request: HttpRequest) -> HttpResponse:
     tenant = request.console.tenant
     now = timezone.now()
@@ -58,7 +58,7 @@ def health(request: HttpRequest) -> HttpResponse:
         "restore_threshold": threshold,
         "restored": list(restored.order_by("-restore_count", "-pk")[:LIST_LIMIT]),
         "restored_count": restored.count(),
-        "stalled": list(stalled.order_by("updated_at")[:LIST_LIMIT]),
+        "stalled": list(stalled.order_by("created_at")[:LIST_LIMIT]),
         "stalled_count": stalled.count(),
         "expired_approvals": expired,
         "workers": workers,

@@ -6,6 +6,7 @@ import uuid
 
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from console.access import console_view
@@ -39,5 +40,11 @@ def tenant_switch(request: HttpRequest) -> HttpResponse:
     if tenant is None:
         raise Http404("You are not a member of that tenant.")
     request.session[SESSION_TENANT_KEY] = str(tenant.pk)
-    # Pages of the old tenant (a run, a checkpoint) do not exist in the new one: start over.
+    # Pages of the old tenant (a run, a checkpoint) do not exist in the new one: start over,
+    # unless the switch was asked for to open a run of the new tenant (the 404's hint).
+    wanted = str(request.POST.get("next") or "")
+    if wanted.startswith("/runs/") and url_has_allowed_host_and_scheme(
+        wanted, allowed_hosts={request.get_host()}
+    ):
+        return redirect(wanted)
     return redirect("console:home")

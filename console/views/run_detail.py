@@ -48,6 +48,7 @@ def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
             forged = run_head_problem(run, envelope)
             envelope_error = f"Integrity failure: {forged}." if forged else ""
     evidence = (envelope or {}).get("evidence") or {}
+    audit_events, audit_more = run_reads.audit_trail(run)
     approvals_for_run = run_reads.optional_selector("approvals.selectors", "approvals_for_run")
     context = {
         **_snapshot_context(run),
@@ -68,8 +69,12 @@ def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
         "approvals": (
             list(approvals_for_run(tenant=access.tenant, run=run)) if approvals_for_run else []
         ),
-        "audit_events": run_reads.audit_trail(run),
+        "audit_events": audit_events,
+        "audit_more": audit_more,
+        "audit_limit": run_reads.AUDIT_LIMIT,
         "forks": list(run_reads.forks(run)),
+        # Legal holds are the admins' (the retention page's); the run page offers one.
+        "can_hold": access.can(roles.ADMIN),
     }
     return render(request, "console/run_detail.html", context)
 

@@ -1,4 +1,5 @@
-"""The audit log page (admins): filter, page through, export as CSV or JSON lines."""
+"""The audit log page (operators and admins: on call, an operator reads what happened):
+filter, page through, export as CSV or JSON lines."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def _before(request: HttpRequest) -> int | None:
 
 
 @require_GET
-@console_view(roles.ADMIN)
+@console_view(roles.OPERATE)
 def audit_log(request: HttpRequest) -> HttpResponse:
     form, filters = _filters(request)
     rows = audit_events(tenant=request.console.tenant, filters=filters)
@@ -70,7 +71,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-@console_view(roles.ADMIN)
+@console_view(roles.OPERATE)
 def audit_export(request: HttpRequest, export_format: str) -> HttpResponse:
     form, filters = _filters(request)
     if form.errors:

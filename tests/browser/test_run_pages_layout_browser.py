@@ -67,7 +67,7 @@ def test_the_run_and_checkpoint_pages_fit_the_screen(
     expect(page.locator("#validators")).to_contain_text(LONG_SHA)
     assert overflow(page) == 0
     page.goto(f"{run_url}checkpoints/{published.checkpoint_sequence}/")
-    expect(page.locator("#group-identity table.diff")).to_be_visible()
+    expect(page.locator("#group-position table.diff")).to_be_visible()
     assert overflow(page) == 0
     screenshot(page, f"checkpoint-detail-{width}")
 

@@ -36,5 +36,6 @@ class Command(BaseCommand):
             count = demo_seed_runs(tenant=tenant)
             self.stdout.write(f"Seeded {count} demo runs.")
         self.stdout.write("Demo tenant 'demo' — sign in at http://127.0.0.1:8000/ as:")
+        self.stdout.write(f"  {'ROLE':9} {'USERNAME':9} PASSWORD")
         for username, role in DEMO_MEMBERS:
-            self.stdout.write(f"  {role:9} {username:9} password: {passwords[username]}")
+            self.stdout.write(f"  {role:9} {username:9} {passwords[username]}")
