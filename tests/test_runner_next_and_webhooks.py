@@ -222,3 +222,20 @@ def test_only_an_admin_sets_the_webhook(api_as, bob, acme):  # noqa: ANN001
         "/api/v1/webhook", {"url": "http://127.0.0.1:1/h", "secret_ref": "env:X"}, format="json"
     )
     assert answer.status_code == 403
+
+
+@pytest.mark.django_db
+def test_the_openapi_document_shows_the_runner_routes_and_codes(client):  # noqa: ANN001
+    import yaml
+
+    document = yaml.safe_load(client.get("/api/v1/schema").content)
+    paths = document["paths"]
+    assert "get" in paths["/api/v1/runs/{run_id}/next"]
+    assert "wait" in {p["name"] for p in paths["/api/v1/runs/{run_id}/next"]["get"]["parameters"]}
+    assert "put" in paths["/api/v1/runs/{run_id}/operations/{key}/job"]
+    assert {"get", "put", "delete"} <= set(paths["/api/v1/webhook"])
+    commit = paths["/api/v1/runs/{run_id}/checkpoints"]["post"]
+    for code in ("approval_required", "budget_exhausted", "illegal_transition", "approval_stale"):
+        assert code in commit["description"], code
+    body = document["components"]["schemas"]["CheckpointCommitRequest"]["properties"]
+    assert "code_version" in body

@@ -32,6 +32,29 @@ def send(ctx):  # noqa: ANN001, ANN201
 guarded.terminal("done")
 
 
+spendthrift = Workflow("spendthrift", version="1")
+
+
+@spendthrift.step("think", next="done")
+def think_once(ctx):  # noqa: ANN001, ANN201
+    ctx.model.complete(prompt="think about cairns at length " * 20)
+    return {"thought": True}
+
+
+spendthrift.terminal("done")
+
+
+def test_a_worker_step_that_spends_past_its_token_limit_fails_the_run(acme):
+    """Cairn's workers are held to the same rule as any writer: the step's commit with usage
+    over the limit is refused, and the run fails recording that usage."""
+    run = start(acme, "spendthrift", budget={"max_attempts": 5, "max_tokens": 5})
+    assert advance(run) == "failed"
+    run.refresh_from_db()
+    assert run.status_reason.startswith("budget exhausted: tokens used")
+    assert run.budget_used["tokens_used"] > 5
+    assert run.state == "think"  # the step's move to done was not accepted
+
+
 def _paused(run: Run) -> Run:
     run.refresh_from_db()
     assert run.status == RunStatus.PAUSED_FOR_REVIEW, (run.status, run.status_reason)
@@ -134,3 +157,21 @@ def test_a_checkpoint_from_a_declared_compatible_code_version_continues(
     assert advance(run) == "succeeded"  # send ran under code version 3
     run.refresh_from_db()
     assert (run.status, run.state) == (RunStatus.SUCCEEDED, "done")
+
+
+def test_every_worker_checkpoint_records_prompt_policy_model_and_transition_versions(
+    acme, monkeypatch
+):
+    monkeypatch.setenv("CAIRN_TEST_GUARDED_TOKEN", "x")
+    run = start(acme, "guarded")
+    assert advance(run) == "succeeded"
+    from tests.runtime_support import envelope_at
+
+    for sequence in (2, 3):
+        envelope = envelope_at(run, sequence)
+        inputs = envelope["inputs"]
+        assert (inputs["prompt_version"], inputs["policy_version"]) == ("2", "2")
+        assert inputs["model"] == "local-deterministic-1"
+        assert inputs["values"] == {}  # the run's own inputs are kept
+        assert envelope["position"]["transition_version"] == "1"  # guarded@1
+        assert envelope["compatibility"]["workflow_code_version"] == "2"

@@ -83,12 +83,18 @@ class Workflow:
         version: str,
         code_version: str | None = None,
         compatible_code_versions: Iterable[str] | None = None,
+        prompt_version: str | None = None,
+        policy_version: str | None = None,
         register: bool = True,
     ) -> None:
         self.workflow_type = workflow_type
         self.version = version
         # Recorded in every envelope; bump it when step code changes behaviour.
         self.code_version = code_version or version
+        # Recorded in every envelope's inputs (with the model): prompts and policy live in
+        # the code unless the workflow names their versions.
+        self.prompt_version = prompt_version or self.code_version
+        self.policy_version = policy_version or self.code_version
         # The code versions whose checkpoints this code may continue (None: any). A restore
         # of a checkpoint written by another code version pauses the run for review.
         self.compatible_code_versions: frozenset[str] | None = (

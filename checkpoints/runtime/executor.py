@@ -27,6 +27,7 @@ from checkpoints.crypto import MissingKeyError
 from checkpoints.envelope import json_problem
 from checkpoints.errors import (
     ArtifactHashMismatch,
+    BudgetExhausted,
     CairnError,
     ConcurrentCheckpointWrite,
     IllegalTransition,
@@ -358,8 +359,18 @@ class _Advance:
                 "next_eligible_at": next_eligible_at.isoformat() if next_eligible_at else None,
             }
         )
+        inputs = dict(envelope.get("inputs") or {})
+        if self.code is not None:
+            # Reproducibility: which prompt, policy and model did this work.
+            inputs.update(
+                {
+                    "prompt_version": self.code.prompt_version[:100],
+                    "policy_version": self.code.policy_version[:100],
+                    "model": str(getattr(self.model, "name", "") or "")[:200],
+                }
+            )
         return {
-            "inputs": envelope.get("inputs") or {},
+            "inputs": inputs,
             "evidence": evidence
             if evidence is not None
             else evidence_normalize(envelope.get("evidence")),
@@ -402,6 +413,17 @@ class _Advance:
             )
         except (ConcurrentCheckpointWrite, LeaseHeld, RunNotActive) as exc:
             raise LeaseLost(exc.detail)
+        except BudgetExhausted as exc:
+            # The step spent past a limit (a model call's tokens land after it returns):
+            # the run fails where it stands, recording that usage; its output is not kept.
+            groups = {**groups, "control": {**groups["control"], "reason": exc.detail[:2000]}}
+            return self.commit(
+                state=self.run.state,
+                step="",
+                groups=groups,
+                status=RunStatus.FAILED,
+                reason=exc.detail.split(". Nothing was written")[0],
+            )
         except (IllegalTransition, ArtifactHashMismatch, CairnError) as exc:
             self.keeper.flush_elapsed()  # the refused checkpoint did not record the time
             fields = f" ({json.dumps(exc.fields)[:500]})" if exc.fields else ""

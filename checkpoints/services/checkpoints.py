@@ -46,6 +46,7 @@ from checkpoints.models import (
     RunStatus,
 )
 from checkpoints.services import outbox
+from checkpoints.services.commit_rules import commit_approval_consume, commit_rules_check
 from observability.latency import commit_latency_record
 from retention.references import references_record
 from tenants.models import Tenant
@@ -213,7 +214,7 @@ def checkpoint_build(
         "position": {
             "state": state,
             "step": step,
-            "transition_version": 1,
+            "transition_version": run.workflow_version,
             "pending_action": pending_action,
         },
         "inputs": groups.get("inputs", {}),
@@ -366,6 +367,19 @@ def checkpoint_commit(
         _check_artifacts(tenant, full["evidence"])
         digest = prepared.sha256
         new_status = status or _derive_status(run, state)
+        # The protocol, one rule set for every writer (checkpoints/services/commit_rules.py).
+        approval_use = commit_rules_check(
+            run=run,
+            definition=run.workflow.definition,
+            state=state,
+            status=new_status,
+            budgets=full["budgets"],
+            evidence=full["evidence"],
+            control=full["control"],
+            operator_override=operator_override,
+        )
+        if approval_use is not None:
+            commit_approval_consume(use=approval_use, run=run, actor=actor)
         updated = Run.objects.filter(pk=run.pk, version=expected_version).update(
             version=F("version") + 1,
             checkpoint_sequence=sequence,
