@@ -113,6 +113,8 @@ def test_the_php_runner_survives_a_kill_and_publishes_exactly_once(
     assert (run.status, run.state) == (RunStatus.SUCCEEDED, "done")
     assert run_verify(tenant=acme, run_id=run.pk)["ok"]
     assert len(approver.approved) == 1
+    # The runner's commit past the approval state consumed the approval (issue 15, item 1).
+    assert ApprovalRequest.objects.get(run=run).status == ApprovalStatus.CONSUMED
     # Published exactly once, under the runner's idempotency key.
     key = f"php.{run.pk}.publish.1"
     stats = publishing_service.stats()

@@ -299,11 +299,16 @@ def checkpoint_commit(
     code_version: str = "",
     is_evidence: bool = False,
     operator_override: bool = False,
+    answers_interrupt: bool = False,
 ) -> CommitResult:
     """Commit the run's next checkpoint. One transaction; all or nothing.
 
     ``envelope`` holds the writer's groups (inputs, evidence, side_effects, budgets,
     control); a group left out is carried forward from the parent checkpoint.
+
+    ``answers_interrupt`` is only for the LangGraph store: a thread leaves its
+    ``interrupted`` state when the application resumes the graph with the person's answer
+    (``Command(resume=…)``), which is the decision; no approval request exists for it.
 
     ``operator_override`` is only for recorded operator actions (``run_retry``, which writes
     its audit event in the same transaction): the move may go to any state of the workflow,
@@ -376,7 +381,7 @@ def checkpoint_commit(
             budgets=full["budgets"],
             evidence=full["evidence"],
             control=full["control"],
-            operator_override=operator_override,
+            operator_override=operator_override or answers_interrupt,
         )
         if approval_use is not None:
             commit_approval_consume(use=approval_use, run=run, actor=actor)

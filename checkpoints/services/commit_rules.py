@@ -25,7 +25,9 @@ The rules, in order:
    fails the run may leave without one (nothing runs after it; a rejection leaves so).
 
 Recorded operator actions (``operator_override``: retry) are exempt from rule 3: the
-operator's action is the decision.
+operator's action is the decision. So is the LangGraph store's resume of an interrupted
+thread (``checkpoint_commit(answers_interrupt=True)``): the application's
+``Command(resume=…)`` carries the person's answer.
 """
 
 from __future__ import annotations
