@@ -13,14 +13,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
 
-from checkpoints.models import ACTIVE_STATUSES, Run
+from checkpoints.models import ACTIVE_STATUSES, OutboxMessage, Run
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS
+from checkpoints.services.commit_sql import RunHead
 from checkpoints.services.leases import lease_release
 
 from .errors import LeaseLost
@@ -55,6 +57,12 @@ class LeaseKeeper:
         self._lock = threading.RLock()
         self._mark = time.monotonic()
         self._used = used_merge(run.budget_used)  # as last written under this lease
+        # The run as this worker last wrote it, for the next commit (``head=``): kept in step
+        # with every charge, so the commit's head check passes without a re-read.
+        self.head: RunHead | None = None
+        # The run.resume of this worker's last commit, which it executes itself: claimed,
+        # not published; marked sent by the next commit or on release.
+        self.taken_outbox_id: int | None = None
 
     def _guard(self):  # noqa: ANN202
         # Holding the lease means: this owner, at this version, on a run still active. An
@@ -91,6 +99,8 @@ class LeaseKeeper:
                 )
             self._guard().update(budget_used=used, lease_expires_at=self._expiry())
             self._used = used
+            if self.head is not None:
+                self.head = replace(self.head, budget_used=dict(used))
             return dict(used)
 
     def flush_elapsed(self) -> dict[str, Any]:
@@ -110,12 +120,14 @@ class LeaseKeeper:
             used["elapsed_seconds"] = round(used["elapsed_seconds"] + elapsed, 3)
             return used
 
-    def committed(self, *, version: int, used: dict[str, Any]) -> None:
-        """A checkpoint at ``version`` recorded ``used``: the run's usage now."""
+    def committed(self, *, version: int, used: dict[str, Any], head: RunHead | None = None) -> None:
+        """A checkpoint at ``version`` recorded ``used``: the run's usage now (the commit's
+        ``head``, when given, has the run's usage, which may include a prepaid attempt)."""
         with self._lock:
             self.version = version
-            self._used = used_merge(used)
+            self._used = used_merge(used, head.budget_used if head is not None else None)
             self._mark = time.monotonic()
+            self.head = head
 
     def restart_clock(self) -> None:
         self._mark = time.monotonic()
@@ -148,6 +160,12 @@ class LeaseKeeper:
 
     def release(self) -> None:
         self.stop_renewing()
+        if self.taken_outbox_id is not None:
+            # This worker carried out the command itself (or the run moved on): done.
+            OutboxMessage.objects.filter(pk=self.taken_outbox_id, sent_at__isnull=True).update(
+                sent_at=timezone.now()
+            )
+            self.taken_outbox_id = None
         try:
             lease_release(tenant=self.tenant, run_id=self.run_id, owner=self.owner)
         except Exception:

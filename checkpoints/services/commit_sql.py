@@ -25,6 +25,7 @@ cannot be written.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -213,15 +214,27 @@ class _PreparedCursor(psycopg.Cursor):
         return super().execute(query, params, prepare=True, binary=binary)
 
 
-def _pg_cursor():  # noqa: ANN202
-    """A Django-wrapped (logged, error-translated) prepared-statement cursor."""
+def _pg_execute(sql: str, params: dict[str, Any]) -> tuple | None:
+    """Run one statement on a prepared-statement cursor of Django's connection (its error
+    translation and execute wrappers apply) and return its one row. Logged like Django's
+    own queries when queries are logged (debug, CaptureQueriesContext): psycopg keeps no
+    query text for a prepared execution, so Django's debug cursor would log None."""
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     raw = connection.connection
     if raw.prepare_threshold is None:
         raw.prepare_threshold = _NEVER_AUTO_PREPARE
+    started = time.monotonic()
     with connection.wrap_database_errors:
-        return connection._prepare_cursor(_PreparedCursor(raw))
+        cursor = connection.make_cursor(_PreparedCursor(raw))
+    with cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if connection.queries_logged:
+        connection.queries_log.append(
+            {"sql": " ".join(sql.split()), "time": f"{time.monotonic() - started:.3f}"}
+        )
+    return row
 
 
 def _pg_params(write: CommitWrite) -> dict[str, Any]:
@@ -394,9 +407,7 @@ def head_read(*, tenant_id: object, run_id: UUID | str) -> RunHead | None:
     except ValueError:
         return None
     if connection.vendor == "postgresql":
-        with _pg_cursor() as cursor:
-            cursor.execute(_PG_HEAD, {"run_id": run_uuid, "tenant_id": _uuid(tenant_id)})
-            row = cursor.fetchone()
+        row = _pg_execute(_PG_HEAD, {"run_id": run_uuid, "tenant_id": _uuid(tenant_id)})
     else:
         with connection.cursor() as cursor:
             cursor.execute(_SQLITE_HEAD, [_hex(run_uuid), _hex(_uuid(tenant_id))])
@@ -434,7 +445,5 @@ def commit_write(write: CommitWrite) -> int | None:
     """
     if connection.vendor != "postgresql":
         return _sqlite_commit(write)
-    with _pg_cursor() as cursor:
-        cursor.execute(_PG_COMMIT, _pg_params(write))
-        outbox_id, inserted, _consumed = cursor.fetchone()
+    outbox_id, inserted, _consumed = _pg_execute(_PG_COMMIT, _pg_params(write))
     return outbox_id if inserted == 1 else None
