@@ -395,6 +395,10 @@ _TRIGGERS: dict[str, tuple[str, ...]] = {
     "Cairn API token": ("cairn_",),
 }
 _KEY_WORDS = ("pass", "pwd", "secret", "key", "token", "authorization", "cookie")
+_BYTE_TRIGGERS = {
+    what: tuple(t.encode("ascii") for t in triggers) for what, triggers in _TRIGGERS.items()
+}
+_BYTE_KEY_WORDS = tuple(word.encode("ascii") for word in _KEY_WORDS)
 # A credential-named key with a non-reference string value, as it appears in JSON text.
 _SECRET_KEY_IN_JSON = re.compile(
     r'"(?i:'
@@ -421,12 +425,14 @@ def find_secret(value: Any, path: str = "envelope") -> tuple[str, str] | None:
     text = json.dumps(value, ensure_ascii=False)
     for escaped, plain in _WHITESPACE_ESCAPES:
         text = text.replace(escaped, plain)
-    lowered = text.lower()
+    # Triggers are ASCII, so a trigger is in the text exactly when its bytes are in the
+    # text's UTF-8 bytes, where the substring search runs about twice as fast.
+    lowered = text.lower().encode("utf-8", "surrogatepass")
     suspicious = any(
         (triggers is None or any(t in lowered for t in triggers)) and pattern.search(text)
         for what, pattern in _SECRET_PATTERNS
-        for triggers in (_TRIGGERS.get(what),)
-    ) or (any(word in lowered for word in _KEY_WORDS) and _SECRET_KEY_IN_JSON.search(text))
+        for triggers in (_BYTE_TRIGGERS.get(what),)
+    ) or (any(word in lowered for word in _BYTE_KEY_WORDS) and _SECRET_KEY_IN_JSON.search(text))
     return _find_secret_path(value, path) if suspicious else None
 
 

@@ -80,9 +80,19 @@ class LeaseKeeper:
     def renew(self) -> None:
         """Extend the lease (one conditional UPDATE). Raises LeaseLost when it is no longer
         this worker's, or the run moved on or ended."""
-        if not self._guard().update(lease_expires_at=self._expiry()):
+        expiry = self._expiry()
+        if not self._guard().update(lease_expires_at=expiry):
             self.lost = True
             raise LeaseLost("the run's lease or version changed, or the run ended")
+        self._extend_claim(expiry)
+
+    def _extend_claim(self, expiry) -> None:  # noqa: ANN001
+        # The command this worker took lives as long as its lease: nobody publishes it while
+        # the worker is alive, the sweep or the rescue does once the lease has lapsed.
+        if self.taken_outbox_id is not None:
+            OutboxMessage.objects.filter(pk=self.taken_outbox_id, sent_at__isnull=True).update(
+                claimed_until=expiry
+            )
 
     def charge(self, **deltas: float) -> dict[str, Any]:
         """Add usage to the run and renew the lease (one transaction, only while this worker
@@ -97,7 +107,9 @@ class LeaseKeeper:
                 used[key] = (
                     round(used[key] + delta, 6) if isinstance(delta, float) else (used[key] + delta)
                 )
-            self._guard().update(budget_used=used, lease_expires_at=self._expiry())
+            expiry = self._expiry()
+            self._guard().update(budget_used=used, lease_expires_at=expiry)
+            self._extend_claim(expiry)
             self._used = used
             if self.head is not None:
                 self.head = replace(self.head, budget_used=dict(used))
