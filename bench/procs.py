@@ -103,6 +103,11 @@ def _dbos(processes: int, dsn: str) -> tuple[float, list[float]]:
 
 
 def writers_case(tenant, dbos_dsn: str) -> list[Measurement]:  # noqa: ANN001
+    from bench.peers import LangGraphCommitter
+
+    graph = LangGraphCommitter(db_url(), SIZE)
+    graph.setup()  # its tables, once, before the writers start
+    graph.close()
     results = []
     for processes in PROCESSES:
         for system in (*SYSTEMS, "dbos"):

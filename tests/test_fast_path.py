@@ -389,3 +389,37 @@ def test_the_compiled_schema_gives_the_verdict_jsonschema_gives(edits):
     except Exception:  # noqa: BLE001 - any refusal is a refusal
         fast = False
     assert fast == env._validator.is_valid(envelope)
+
+
+def test_the_rescue_supersedes_a_dead_workers_taken_command_with_one_of_its_own(
+    acme, noop_six, settings
+):
+    from checkpoints.runtime.rescue import runs_rescue
+
+    run = _worker_run(acme)
+    OutboxMessage.objects.filter(run=run).update(sent_at=timezone.now())
+    lease = lease_acquire(
+        tenant=acme, run_id=run.pk, owner="w", ttl_seconds=60, expected_version=run.version
+    )
+    result = checkpoint_commit(
+        tenant=acme,
+        run_id=run.pk,
+        expected_version=lease.run_version,
+        state="n2",
+        step="n1",
+        envelope={**GROUPS, "budgets": {"attempts_used": 1}},
+        actor=ACTOR,
+        lease_owner="w",
+        continues=True,
+    )
+    # While the worker's lease lives, its taken command keeps the rescue away.
+    assert runs_rescue() == 0
+    # The worker dies: its lease and its claim lapse together.
+    past = timezone.now() - timedelta(seconds=1)
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=past)
+    OutboxMessage.objects.filter(pk=result.outbox_id).update(claimed_until=past)
+    assert runs_rescue() == 1
+    unsent = OutboxMessage.objects.filter(run=run, kind="run.resume", sent_at__isnull=True)
+    assert unsent.count() == 1
+    assert unsent.get().pk != result.outbox_id  # the rescue's own, at the run's version
+    assert unsent.get().payload["expected_version"] == result.run_version

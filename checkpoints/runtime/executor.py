@@ -45,7 +45,7 @@ from checkpoints.errors import (
 from checkpoints.models import Checkpoint, Execution, Run, RunStatus, WorkerHeartbeat
 from checkpoints.services.budgets import budget_exhausted
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS, CommitResult, checkpoint_commit
-from checkpoints.services.commit_sql import RunHead
+from checkpoints.services.commit_sql import RunHead, run_lease_check
 from checkpoints.services.leases import lease_acquire
 from checkpoints.services.operations import operations_envelope_entries
 from tenants.services import Actor
@@ -205,11 +205,7 @@ class _Advance:
     def still_ours(self) -> None:
         """One read before a lean step: the run is at the version this worker wrote, still
         leased by it and workable (an operator's cancel or pause moves the version)."""
-        row = (
-            Run.objects.filter(pk=self.run.pk)
-            .values_list("version", "status", "lease_owner")
-            .first()
-        )
+        row = run_lease_check(run_id=self.run.pk)
         if row is None or row[0] != self.keeper.version or row[1] not in WORKABLE:
             raise LeaseLost("the run changed while this worker held its lease")
         if row[2] != self.keeper.owner:

@@ -57,6 +57,7 @@ class LeaseKeeper:
         self._lock = threading.RLock()
         self._mark = time.monotonic()
         self._used = used_merge(run.budget_used)  # as last written under this lease
+        self._renewing = False
         # The run as this worker last wrote it, for the next commit (``head=``): kept in step
         # with every charge, so the commit's head check passes without a re-read.
         self.head: RunHead | None = None
@@ -145,12 +146,26 @@ class LeaseKeeper:
         self._mark = time.monotonic()
 
     # --- renewal during a step -------------------------------------------------------------
+    # One renewal thread per lease, started with the first step and paused between steps
+    # (a thread started per step would cost each step its start and join).
     def start_renewing(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._renew_loop, name="cairn-lease", daemon=True)
-        self._thread.start()
+        with self._lock:
+            self._renewing = True
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._renew_loop, name="cairn-lease", daemon=True
+            )
+            self._thread.start()
 
     def stop_renewing(self) -> None:
+        """Pause renewal. Returns once no renewal is in flight (it holds the lock), so the
+        caller may move the run's version."""
+        with self._lock:
+            self._renewing = False
+
+    def _end_renewing(self) -> None:
+        self.stop_renewing()
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -161,7 +176,10 @@ class LeaseKeeper:
         try:
             while not self._stop.wait(interval):
                 try:
-                    self.flush_elapsed()  # a charge: it renews the lease as it writes the time
+                    with self._lock:
+                        if not self._renewing:
+                            continue
+                        self.flush_elapsed()  # a charge: it renews the lease as it writes
                 except LeaseLost:
                     log.warning("lease lost during a step", extra={"run": str(self.run_id)})
                     return
@@ -171,7 +189,7 @@ class LeaseKeeper:
             connection.close()  # this thread's own connection
 
     def release(self) -> None:
-        self.stop_renewing()
+        self._end_renewing()
         if self.taken_outbox_id is not None:
             # This worker carried out the command itself (or the run moved on): done.
             OutboxMessage.objects.filter(pk=self.taken_outbox_id, sent_at__isnull=True).update(
