@@ -102,7 +102,7 @@ class CountingProxy:
                 data = source.recv(65536)
                 if not data:
                     break
-                sink.sendall(data)
+                # Count before relaying: once the peer has the bytes, they are counted.
                 buffer += data
                 while True:
                     if startup:
@@ -122,6 +122,7 @@ class CountingProxy:
                     body = buffer[5 : 1 + length]
                     buffer = buffer[1 + length :]
                     self._count(kind, body, from_client)
+                sink.sendall(data)
         except OSError:
             pass
         finally:
