@@ -37,6 +37,7 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=2000)
     parser.add_argument("--cprofile", type=int, default=0, metavar="N")
     parser.add_argument("--pyinstrument", type=int, default=0, metavar="N")
+    parser.add_argument("--explain", action="store_true", help="EXPLAIN ANALYZE the commit")
     args = parser.parse_args()
     rounds = args.rounds
     recreate_database(DB)
@@ -104,6 +105,8 @@ def main() -> int:
         profile.runcall(lambda: [committer() for _ in range(args.cprofile)])
         print(f"\ncProfile of {args.cprofile} commits, by cumulative time:")
         pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
+    if args.explain:
+        explain(tenant, committer)
     if args.pyinstrument:
         from pyinstrument import Profiler
 
@@ -114,6 +117,45 @@ def main() -> int:
         profiler.stop()
         print(profiler.output_text(unicode=False, color=False, show_all=False))
     return 0
+
+
+def explain(tenant, committer) -> None:  # noqa: ANN001
+    """The commit's one statement under EXPLAIN (ANALYZE, BUFFERS), rolled back."""
+    from django.db import connection, transaction
+
+    from checkpoints.services import commit_sql
+    from checkpoints.services.checkpoints import _commit_plan, _CommitRequest
+    from tenants.services import Actor
+
+    request = _CommitRequest(
+        expected_version=committer.version,
+        state="s",
+        step="s",
+        groups=committer.groups,
+        actor=Actor.system("bench"),
+        status=None,
+        status_reason="",
+        lease_owner=None,
+        pending_action=None,
+        next_eligible_at=None,
+        code_version="",
+        is_evidence=False,
+        operator_override=False,
+        continues=False,
+        consumed_outbox_id=None,
+        charge_next_attempt=False,
+    )
+    head = commit_sql.head_read(tenant_id=tenant.id, run_id=committer.run.id)
+    write, _full = _commit_plan(tenant, head, request)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "EXPLAIN (ANALYZE, BUFFERS) " + commit_sql._PG_COMMIT, commit_sql._pg_params(write)
+            )
+            print("\nEXPLAIN (ANALYZE, BUFFERS) of the commit statement (rolled back):")
+            for (line,) in cursor.fetchall():
+                print("  " + line)
+        transaction.set_rollback(True)
 
 
 if __name__ == "__main__":
