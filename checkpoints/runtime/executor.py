@@ -149,6 +149,8 @@ def run_advance(
             extra={"run": str(run.pk), "restore_count": lease.restore_count},
         )
     worker_heartbeat(owner)
+    run.lease_owner, run.lease_expires_at = owner, lease.expires_at
+    run.restore_count = lease.restore_count
     keeper = LeaseKeeper(
         run=run, owner=owner, version=lease.run_version, ttl_seconds=settings.CAIRN_LEASE_SECONDS
     )
@@ -188,9 +190,13 @@ class _Advance:
                     return self.halt(halt)
             else:
                 self.prepaid = False
-                run = self.run = Run.objects.select_related("workflow", "tenant").get(
-                    pk=self.run.pk
-                )
+                if turn == 0:
+                    # Read just before the lease was granted at this very version.
+                    run = self.run
+                else:
+                    run = self.run = Run.objects.select_related("workflow", "tenant").get(
+                        pk=self.run.pk
+                    )
                 if run.version != self.keeper.version or run.status not in WORKABLE:
                     raise LeaseLost("the run changed while this worker held its lease")
                 self.keeper.head = RunHead.of(run)
