@@ -46,9 +46,12 @@ def groups(state: dict) -> dict:
 
 
 class Committer:
-    """Commits successive checkpoints to one run through ``checkpoint_commit``."""
+    """Commits successive checkpoints to one run through ``checkpoint_commit``, passing the
+    head its previous commit returned (as the worker does, and any caller that chains
+    commits). With ``pass_head=False`` each commit reads the run first, as an HTTP client's
+    commit does."""
 
-    def __init__(self, tenant, size: int) -> None:  # noqa: ANN001
+    def __init__(self, tenant, size: int, *, pass_head: bool = True) -> None:  # noqa: ANN001
         from tenants.services import Actor
 
         self.tenant = tenant
@@ -56,6 +59,8 @@ class Committer:
         self.version = self.run.version
         self.groups = groups(payload(size))
         self.actor = Actor.system("bench")
+        self.pass_head = pass_head
+        self.head = None
 
     def __call__(self, _index: int = 0) -> None:
         from checkpoints.services.checkpoints import checkpoint_commit
@@ -68,20 +73,26 @@ class Committer:
             step="s",
             envelope=self.groups,
             actor=self.actor,
+            head=self.head,
         )
         self.version = result.run_version
+        if self.pass_head:
+            self.head = result.head
 
 
 class RawCommitter:
-    """The floor: the same three statements in one transaction with raw psycopg, and the
-    same number of bytes in the envelope column, but no validation, hashing or encryption."""
+    """The floor: the commit's three writes (run version update, checkpoint insert, outbox
+    insert) in one transaction with raw psycopg on server-side prepared statements: five
+    round trips (BEGIN, UPDATE, INSERT, INSERT, COMMIT). It does not read the run (Cairn
+    needs the run's head for the version, lease, transition and parent-hash checks), and it
+    stores the uncompressed envelope's bytes without validation, hashing or encryption."""
 
     def __init__(self, tenant, size: int, dsn: str) -> None:  # noqa: ANN001
         import psycopg
 
         from checkpoints.envelope import canonical_json
 
-        self.conn = psycopg.connect(dsn)
+        self.conn = psycopg.connect(dsn, prepare_threshold=0)
         self.tenant_id = tenant.id
         self.run = new_run(tenant)
         self.version = self.run.version
@@ -135,3 +146,57 @@ class RawCommitter:
 
     def close(self) -> None:
         self.conn.close()
+
+
+RAW_CTE = """
+WITH moved AS (
+    UPDATE checkpoints_run SET version = version + 1, checkpoint_sequence = %(seq)s,
+        latest_checkpoint_id = %(cp)s, latest_checkpoint_sha256 = %(sha)s, state = 's',
+        step = 's', status = 'running', status_reason = '', next_eligible_at = NULL,
+        budget_used = %(used)s::jsonb, updated_at = now()
+     WHERE id = %(run)s AND version = %(version)s
+    RETURNING id, tenant_id
+), inserted AS (
+    INSERT INTO checkpoints_checkpoint (id, tenant_id, run_id, sequence, parent_id, state,
+        step, schema_version, envelope_sealed, key_id, sha256, parent_sha256, actor,
+        is_evidence, created_at)
+    SELECT %(cp)s, tenant_id, id, %(seq)s, NULL, 's', 's', 2, %(sealed)s, 'bench', %(sha)s,
+        %(sha)s, 'bench', false, now() FROM moved
+    RETURNING id
+), queued AS (
+    INSERT INTO checkpoints_outboxmessage (tenant_id, run_id, kind, payload, created_at,
+        sent_at, attempts)
+    SELECT tenant_id, id, 'run.checkpointed', %(payload)s::jsonb, now(), now(), 0 FROM moved
+    RETURNING id
+)
+SELECT count(*) FROM inserted
+"""
+
+
+class RawCteCommitter(RawCommitter):
+    """The physical floor: the same three writes as one data-modifying CTE on a prepared
+    statement, in autocommit: one round trip, one transaction."""
+
+    def __init__(self, tenant, size: int, dsn: str) -> None:  # noqa: ANN001
+        super().__init__(tenant, size, dsn)
+        self.conn.autocommit = True
+
+    def __call__(self, _index: int = 0) -> None:
+        checkpoint_id = uuid.uuid4()
+        row = self.conn.execute(
+            RAW_CTE,
+            {
+                "seq": self.sequence + 1,
+                "cp": checkpoint_id,
+                "sha": self.sha,
+                "used": '{"attempts_used": 0}',
+                "run": self.run.id,
+                "version": self.version,
+                "sealed": self.sealed,
+                "payload": json.dumps({"expected_version": self.version + 1}),
+            },
+        ).fetchone()
+        if row[0] != 1:
+            raise RuntimeError("lost the version race")
+        self.version += 1
+        self.sequence += 1

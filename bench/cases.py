@@ -6,8 +6,8 @@ import threading
 import time
 
 from bench import cairn_side
-from bench.common import QUICK, Measurement, db_url, time_each
-from bench.peers import Dbos, LangGraphCommitter
+from bench.common import BENCH_DB, QUICK, Measurement, db_url, time_each
+from bench.peers import LangGraphCommitter
 
 SIZES = {"2KB": 2 * 1024, "50KB": 50 * 1024}
 ROUNDS = 60 if QUICK else 400
@@ -45,80 +45,105 @@ def _concurrent(make, per_writer: int) -> tuple[float, list[float]]:  # noqa: AN
     return len(flat) / elapsed, flat
 
 
-def commit_case(tenant, dbos: Dbos) -> list[Measurement]:  # noqa: ANN001
-    results = []
+SEQUENTIAL = ("cairn", "raw-sql", "raw-sql-cte", "langgraph")
+NOTES = {
+    "raw-sql": "floor: BEGIN, UPDATE, INSERT, INSERT, COMMIT on prepared statements (5 round "
+    "trips); no run read, no validation, hashing or encryption",
+    "raw-sql-cte": "physical floor: the same three writes as one data-modifying CTE on a "
+    "prepared statement (1 round trip)",
+    "langgraph": "LangGraph: put + put_writes, two autocommit transactions: not atomic "
+    "together, no version check, no outbox",
+    "dbos": "one step checkpoint inside a running workflow (DBOS in its own process)",
+}
+
+
+def _sequential(tenant, size: int) -> dict:  # noqa: ANN001
     dsn = db_url()
-    for variant, size in SIZES.items():
-        cairn = cairn_side.Committer(tenant, size)
-        samples = time_each(cairn, ROUNDS, WARMUP)
-        results.append(
-            Measurement(
-                "commit",
-                "cairn",
-                f"{variant} sequential",
-                samples=samples,
-                throughput=1000 / (sum(samples) / len(samples)),
-            )
-        )
-        raw = cairn_side.RawCommitter(tenant, size, dsn)
-        samples = time_each(raw, ROUNDS, WARMUP)
-        raw.close()
-        results.append(
-            Measurement(
-                "commit",
-                "raw-sql",
-                f"{variant} sequential",
-                samples=samples,
-                throughput=1000 / (sum(samples) / len(samples)),
-            )
-        )
-        graph = LangGraphCommitter(dsn, size)
-        graph.setup()
-        samples = time_each(graph, ROUNDS, WARMUP)
-        graph.close()
-        results.append(
-            Measurement(
-                "commit",
-                "langgraph",
-                f"{variant} sequential",
-                samples=samples,
-                throughput=1000 / (sum(samples) / len(samples)),
-            )
-        )
-        dbos.run(WARMUP, size)
-        samples = dbos.run(ROUNDS, size)
-        results.append(
-            Measurement(
-                "commit",
-                "dbos",
-                f"{variant} sequential",
-                samples=samples,
-                throughput=1000 / (sum(samples) / len(samples)),
-                note="one step checkpoint inside a running workflow",
-            )
-        )
+    graph = LangGraphCommitter(dsn, size)
+    graph.setup()
+    return {
+        "cairn": cairn_side.Committer(tenant, size),
+        "raw-sql": cairn_side.RawCommitter(tenant, size, dsn),
+        "raw-sql-cte": cairn_side.RawCteCommitter(tenant, size, dsn),
+        "langgraph": graph,
+    }
+
+
+def commit_case(tenant, dbos_dsn: str, counts: dict) -> list[Measurement]:  # noqa: ANN001
+    """Sequential commits, the systems' rounds interleaved (each round times every system
+    once, in a rotating order), DBOS's in blocks between them from its own process; then
+    WRITERS threads per system in one process (GIL-bound; the process rows are in
+    ``procs``)."""
+    from bench.dbos_proc import DbosProcess
+
+    results = []
+    with DbosProcess(dbos_dsn) as dbos:
+        for variant, size in SIZES.items():
+            systems = _sequential(tenant, size)
+            if variant == "2KB":
+                systems["cairn, reads the run"] = cairn_side.Committer(
+                    tenant, size, pass_head=False
+                )
+            names = list(systems)
+            samples: dict[str, list[float]] = {name: [] for name in [*names, "dbos"]}
+            block = WARMUP
+            for first in range(0, WARMUP + ROUNDS, block):
+                for index in range(first, first + block):
+                    turn = index % len(names)
+                    for name in names[turn:] + names[:turn]:
+                        start = time.perf_counter()
+                        systems[name](index)
+                        if index >= WARMUP:
+                            samples[name].append((time.perf_counter() - start) * 1000)
+                timings = dbos.steps(block, size)
+                if first >= WARMUP:
+                    samples["dbos"] += timings
+            for committer in systems.values():
+                getattr(committer, "close", lambda: None)()
+            for name, values in samples.items():
+                system, _, extra = name.partition(", ")
+                label = f"{variant} sequential" + (f", {extra}" if extra else "")
+                results.append(
+                    Measurement(
+                        "commit",
+                        system,
+                        label,
+                        samples=values,
+                        throughput=1000 / (sum(values) / len(values)),
+                        note=NOTES.get(system, ""),
+                    ).counted(counts.get(name))
+                )
         per_writer = max(10, ROUNDS // 4)
-        for system, make in [
-            ("cairn", lambda size=size: cairn_side.Committer(tenant, size)),
-            ("raw-sql", lambda size=size: cairn_side.RawCommitter(tenant, size, dsn)),
-            ("langgraph", lambda size=size: _lg(dsn, size)),
-        ]:
-            ops, samples = _concurrent(make, per_writer)
+        for variant, size in SIZES.items():
+            for system, make in [
+                ("cairn", lambda size=size: cairn_side.Committer(tenant, size)),
+                ("raw-sql", lambda size=size: cairn_side.RawCommitter(tenant, size, db_url())),
+                (
+                    "raw-sql-cte",
+                    lambda size=size: cairn_side.RawCteCommitter(tenant, size, db_url()),
+                ),
+                ("langgraph", lambda size=size: _lg(db_url(), size)),
+            ]:
+                ops, values = _concurrent(make, per_writer)
+                results.append(
+                    Measurement(
+                        "commit",
+                        system,
+                        f"{variant} {WRITERS} writer threads",
+                        samples=values,
+                        throughput=ops,
+                    )
+                )
+            ops, values = dbos.call("threads", WRITERS, per_writer, size)
             results.append(
                 Measurement(
                     "commit",
-                    system,
-                    f"{variant} {WRITERS} writers",
-                    samples=samples,
+                    "dbos",
+                    f"{variant} {WRITERS} writer threads",
+                    samples=values,
                     throughput=ops,
                 )
             )
-        ops, samples = _dbos_concurrent(dbos, per_writer, size)
-        results.append(
-            Measurement(
-                "commit", "dbos", f"{variant} {WRITERS} writers", samples=samples, throughput=ops
-            )
-        )
     return results
 
 
@@ -126,18 +151,55 @@ def _lg(dsn: str, size: int) -> LangGraphCommitter:
     return LangGraphCommitter(dsn, size)
 
 
-def _dbos_concurrent(dbos: Dbos, per_writer: int, size: int) -> tuple[float, list[float]]:
-    Dbos.timings = []
-    threads = [
-        threading.Thread(target=dbos.workflow, args=(per_writer, size)) for _ in range(WRITERS)
-    ]
-    start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - start
-    return per_writer * WRITERS / elapsed, list(Dbos.timings)
+def commit_counts(tenant, dbos_dsn: str, operations: int = 50) -> dict:  # noqa: ANN001
+    """Round trips, statements and transactions per commit of each system, counted on the
+    wire by a proxy (``bench.wire``), with warm connections and prepared statements."""
+    from django.db import connection
+
+    from bench.dbos_proc import DbosProcess
+    from bench.wire import CountingProxy
+
+    size = SIZES["2KB"]
+    counts = {}
+    with CountingProxy() as proxy:
+        dsn = proxy.dsn(BENCH_DB)
+        saved = dict(connection.settings_dict)
+        connection.close()
+        connection.settings_dict.update(
+            HOST="127.0.0.1",
+            PORT=str(proxy.port),
+            OPTIONS={**saved["OPTIONS"], "sslmode": "disable", "gssencmode": "disable"},
+        )
+        try:
+            graph = LangGraphCommitter(dsn, size)
+            graph.setup()
+            systems = {
+                "cairn": cairn_side.Committer(tenant, size),
+                "cairn, reads the run": cairn_side.Committer(tenant, size, pass_head=False),
+                "raw-sql": cairn_side.RawCommitter(tenant, size, dsn),
+                "raw-sql-cte": cairn_side.RawCteCommitter(tenant, size, dsn),
+                "langgraph": graph,
+            }
+            for name, committer in systems.items():
+                for index in range(10):
+                    committer(index)
+                proxy.reset()
+                for index in range(operations):
+                    committer(index)
+                counts[name] = proxy.snapshot().per(operations)
+                getattr(committer, "close", lambda: None)()
+        finally:
+            connection.close()
+            connection.settings_dict.clear()
+            connection.settings_dict.update(saved)
+        with DbosProcess(proxy.dsn(BENCH_DB + "_dbos")) as dbos:
+            dbos.steps(10, size)
+            proxy.reset()
+            dbos.steps(operations, size)
+            counts["dbos"] = proxy.snapshot().per(operations)
+    for name, value in counts.items():
+        print(f"  {name}: {value.label()} per commit", flush=True)
+    return counts
 
 
 def restore_case(tenant) -> list[Measurement]:  # noqa: ANN001

@@ -1,10 +1,12 @@
 """Where a 2 KB commit's time goes (not a test): the commit, then each of its parts on its
 own, in one process on a scratch PostgreSQL database.
 
-    .venv/bin/python bench/commit_profile.py [--rounds 500] [--cprofile 1000]
+    .venv/bin/python bench/commit_profile.py [--rounds 500] [--size 2000] [--cprofile 1000]
+        [--pyinstrument 1000]
 
 Prints the median time of each part, and with ``--cprofile N`` the functions that N
-commits spend the most cumulative time in. The README's performance section quotes it.
+commits spend the most cumulative time in (``--pyinstrument N``: pyinstrument's call tree,
+from PyPI). The README's performance section quotes it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ def median_ms(operation: Callable[[], object], rounds: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=500)
+    parser.add_argument("--size", type=int, default=2000)
     parser.add_argument("--cprofile", type=int, default=0, metavar="N")
+    parser.add_argument("--pyinstrument", type=int, default=0, metavar="N")
+    parser.add_argument("--explain", action="store_true", help="EXPLAIN ANALYZE the commit")
     args = parser.parse_args()
     rounds = args.rounds
     recreate_database(DB)
@@ -49,7 +54,7 @@ def main() -> int:
     from checkpoints.services.checkpoints import _check_client_groups, checkpoint_build, run_get
 
     tenant = cairn_side.tenant()
-    committer = cairn_side.Committer(tenant, 2000)
+    committer = cairn_side.Committer(tenant, args.size)
     run_id = committer.run.id
     run = run_get(tenant=tenant, run_id=run_id)
     full = checkpoint_build(
@@ -73,7 +78,7 @@ def main() -> int:
             cursor.fetchone()
 
     parts = [
-        ("the whole commit (checkpoint_commit)", committer),
+        ("the whole commit (checkpoint_commit, head passed)", committer),
         ("read the run with its workflow (ORM)", lambda: run_get(tenant=tenant, run_id=run_id)),
         ("the same read on a raw cursor", raw_select),
         ("read the run alone (ORM)", lambda: Run.objects.get(tenant=tenant, pk=run_id)),
@@ -81,13 +86,18 @@ def main() -> int:
         ("credential scan and size check", lambda: _check_client_groups(committer.groups)),
         ("RFC 8785 canonical JSON", lambda: env.canonical_json(full)),
         (
-            "AES-GCM seal",
+            "zlib level 1 and AES-GCM seal",
             lambda: crypto.seal(
-                canonical, tenant_id=tenant.id, table="t", row_id=uuid.uuid4(), field="f"
+                canonical,
+                tenant_id=tenant.id,
+                table="t",
+                row_id=uuid.uuid4(),
+                field="f",
+                compress=True,
             ),
         ),
     ]
-    print(f"Median of {rounds} rounds, 2 KB state, PostgreSQL on loopback:")
+    print(f"Median of {rounds} rounds, {args.size} B state, PostgreSQL on loopback:")
     for name, operation in parts:
         print(f"  {name:40} {median_ms(operation, rounds):7.3f} ms")
     if args.cprofile:
@@ -95,7 +105,57 @@ def main() -> int:
         profile.runcall(lambda: [committer() for _ in range(args.cprofile)])
         print(f"\ncProfile of {args.cprofile} commits, by cumulative time:")
         pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
+    if args.explain:
+        explain(tenant, committer)
+    if args.pyinstrument:
+        from pyinstrument import Profiler
+
+        profiler = Profiler(interval=0.0001)
+        profiler.start()
+        for _ in range(args.pyinstrument):
+            committer()
+        profiler.stop()
+        print(profiler.output_text(unicode=False, color=False, show_all=False))
     return 0
+
+
+def explain(tenant, committer) -> None:  # noqa: ANN001
+    """The commit's one statement under EXPLAIN (ANALYZE, BUFFERS), rolled back."""
+    from django.db import connection, transaction
+
+    from checkpoints.services import commit_sql
+    from checkpoints.services.checkpoints import _commit_plan, _CommitRequest
+    from tenants.services import Actor
+
+    request = _CommitRequest(
+        expected_version=committer.version,
+        state="s",
+        step="s",
+        groups=committer.groups,
+        actor=Actor.system("bench"),
+        status=None,
+        status_reason="",
+        lease_owner=None,
+        pending_action=None,
+        next_eligible_at=None,
+        code_version="",
+        is_evidence=False,
+        operator_override=False,
+        continues=False,
+        consumed_outbox_id=None,
+        charge_next_attempt=False,
+    )
+    head = commit_sql.head_read(tenant_id=tenant.id, run_id=committer.run.id)
+    write, _full = _commit_plan(tenant, head, request)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "EXPLAIN (ANALYZE, BUFFERS) " + commit_sql._PG_COMMIT, commit_sql._pg_params(write)
+            )
+            print("\nEXPLAIN (ANALYZE, BUFFERS) of the commit statement (rolled back):")
+            for (line,) in cursor.fetchall():
+                print("  " + line)
+        transaction.set_rollback(True)
 
 
 if __name__ == "__main__":

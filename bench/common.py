@@ -59,6 +59,17 @@ class Measurement:
     samples: list[float] = field(default_factory=list)
     throughput: float | None = None  # operations per second, where it applies
     note: str = ""
+    # Measured on the wire (bench/wire.py), per operation; None where not measured.
+    round_trips: float | None = None
+    statements: float | None = None
+    transactions: float | None = None
+
+    def counted(self, counts) -> Measurement:  # noqa: ANN001
+        if counts is not None:
+            self.round_trips = round(counts.round_trips, 2)
+            self.statements = round(counts.statements, 2)
+            self.transactions = round(counts.transactions, 2)
+        return self
 
     @property
     def median(self) -> float:
@@ -109,6 +120,16 @@ def setup_django(database: str = BENCH_DB, *, home: Path | None = None, **enviro
     os.environ.setdefault("CELERY_BROKER_URL", REDIS_URL)
     os.environ["CAIRN_DISPATCH_ON_COMMIT"] = "0"
     os.environ.setdefault("CAIRN_LOG_LEVEL", "WARNING")
+    # Production settings (DEBUG off, production storage and cookies), for this process and
+    # the workers and server it starts. TLS ends in front of gunicorn, as in production.
+    os.environ["CAIRN_ENV"] = "production"
+    os.environ["DJANGO_DEBUG"] = "0"
+    os.environ.setdefault("DJANGO_SECURE_SSL_REDIRECT", "0")
+    os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
+    if not os.environ.get("DJANGO_SECRET_KEY"):
+        import secrets
+
+        os.environ["DJANGO_SECRET_KEY"] = secrets.token_urlsafe(50)
     os.environ.setdefault("CAIRN_HOME", str(home or RESULTS / ".home"))
     if home is None and not os.environ.get("CAIRN_ENCRYPTION_KEYS"):
         from checkpoints.crypto import new_key_spec

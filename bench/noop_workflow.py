@@ -26,14 +26,17 @@ def _hold_in_step3(ctx: StepContext) -> dict:
     return {}
 
 
-def _declare(name: str, third) -> Workflow:  # noqa: ANN001
+def _declare(name: str, third, steps: int = 6) -> Workflow:  # noqa: ANN001
     workflow = Workflow(name, version="1")
-    for index, state in enumerate(STEPS):
+    states = STEPS[:steps]
+    for index, state in enumerate(states):
         fn = third if state == "step3" else _noop
-        workflow.add_step(state, fn, next=STEPS[index + 1] if index < 5 else "done")
+        workflow.add_step(state, fn, next=states[index + 1] if index < steps - 1 else "done")
     workflow.terminal("done")
     return workflow
 
 
 bench_noop = _declare("bench_noop", _noop)
 bench_hold = _declare("bench_hold", _hold_in_step3)
+# Three steps: the difference to bench_noop is three lean steps (the per-step counts).
+bench_noop3 = _declare("bench_noop3", _noop, steps=3)

@@ -9,7 +9,8 @@ from bench.common import payload
 
 
 class LangGraphCommitter:
-    """``PostgresSaver.put`` + ``put_writes``: one LangGraph super-step's checkpoint."""
+    """``PostgresSaver.put`` + ``put_writes``: one LangGraph super-step's checkpoint. Two
+    autocommit transactions: not atomic together, no version check, no outbox."""
 
     def __init__(self, dsn: str, size: int) -> None:
         from langgraph.checkpoint.postgres import PostgresSaver
@@ -55,11 +56,18 @@ class Dbos:
 
     timings: list[float] = []
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, executor_id: str = "bench") -> None:
         from dbos import DBOS
 
         self.DBOS = DBOS
-        DBOS(config={"name": "cairn-bench", "system_database_url": dsn, "log_level": "WARNING"})
+        DBOS(
+            config={
+                "name": "cairn-bench",
+                "system_database_url": dsn,
+                "log_level": "WARNING",
+                "executor_id": executor_id,
+            }
+        )
 
         @DBOS.step()
         def noop_step(state: dict) -> dict:

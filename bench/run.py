@@ -27,7 +27,7 @@ from bench.common import (  # noqa: E402
     write_json,
 )
 
-CASES = os.environ.get("BENCH_CASES", "commit,http,restore,steps,contention").split(",")
+CASES = os.environ.get("BENCH_CASES", "commit,writers,http,restore,steps,contention").split(",")
 
 
 def machine() -> str:
@@ -55,7 +55,17 @@ def ratios(measurements: list[Measurement]) -> list[dict]:
         base = baseline.get((m.case, m.variant))
         if m.case == "http":
             base = next((x.median for x in measurements if x.system == "cairn-service"), None)
-        row["ratio_to_cairn"] = round(m.median / base, 3) if base else None
+        row["ratio_to_cairn"] = round(m.median / base, 3) if base and m.median == m.median else None
+        if m.case == "writers":  # throughput rows: the ratio of time per commit, as elsewhere
+            cairn = next(
+                (
+                    x.throughput
+                    for x in measurements
+                    if x.case == m.case and x.system == "cairn" and x.variant == m.variant
+                ),
+                None,
+            )
+            row["ratio_to_cairn"] = round(cairn / m.throughput, 3) if cairn else None
         rows.append(row)
     return rows
 
@@ -65,15 +75,27 @@ def markdown(rows: list[dict], started: str, elapsed: float) -> str:
         f"Measured {started} on {machine()}, PostgreSQL and Redis on loopback; "
         f"{'quick smoke run' if QUICK else 'full run'} in {elapsed:.0f} s.",
         "",
-        "| case | system | variant | median | p95 | ops/s | ratio to Cairn |",
-        "|---|---|---|---:|---:|---:|---:|",
+        "Round trips, statements (BEGIN and COMMIT included) and transactions are per "
+        "operation, counted on the wire by a proxy (bench/wire.py).",
+        "",
+        "| case | system | variant | median | p95 | ops/s | ratio to Cairn "
+        "| round trips | statements | transactions |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+
+    def count(value: float | None) -> str:
+        return "" if value is None else f"{value:g}"
+
     for r in rows:
         ops = f"{r['throughput']:.0f}" if r["throughput"] else ""
         ratio = f"{r['ratio_to_cairn']:.2f}×" if r["ratio_to_cairn"] else ""
+        timed = r["median"] == r["median"]  # a counts-only row has no time (NaN)
+        median = f"{r['median']:.2f} {r['unit']}" if timed else "—"
+        p95 = f"{r['p95']:.2f} {r['unit']}" if timed else "—"
         lines.append(
-            f"| {r['case']} | {r['system']} | {r['variant']} | {r['median']:.2f} {r['unit']} "
-            f"| {r['p95']:.2f} {r['unit']} | {ops} | {ratio} |"
+            f"| {r['case']} | {r['system']} | {r['variant']} | {median} | {p95} | {ops} "
+            f"| {ratio} | {count(r.get('round_trips'))} | {count(r.get('statements'))} "
+            f"| {count(r.get('transactions'))} |"
         )
     notes = sorted({r["note"] for r in rows if r["note"]})
     if notes:
@@ -88,7 +110,9 @@ def charts(measurements: list[Measurement]) -> None:
     import matplotlib.pyplot as plt
 
     for case in sorted({m.case for m in measurements}):
-        group = [m for m in measurements if m.case == case and m.unit == "ms"]
+        group = [
+            m for m in measurements if m.case == case and m.unit == "ms" and m.median == m.median
+        ]
         if not group:
             continue
         labels = [f"{m.system}\n{m.variant}" for m in group]
@@ -123,34 +147,33 @@ def main() -> int:
 
     tenant = cairn_side.tenant()
     measurements: list[Measurement] = []
-    dbos = None
-    if {"commit", "steps"} & set(CASES):
-        from bench.peers import Dbos
+    # DBOS runs only in processes of its own, started for its own rounds (bench/dbos_proc).
+    dbos_dsn = db_url(BENCH_DB + "_dbos")
+    if "commit" in CASES:
+        print("case 1: commit", flush=True)
+        counts = cases.commit_counts(tenant, dbos_dsn)
+        measurements += cases.commit_case(tenant, dbos_dsn, counts)
+    if "writers" in CASES:
+        print("case 1b: commit throughput, writer processes", flush=True)
+        from bench.procs import writers_case
 
-        dbos = Dbos(db_url(BENCH_DB + "_dbos"))
-    try:
-        if "commit" in CASES:
-            print("case 1: commit", flush=True)
-            measurements += cases.commit_case(tenant, dbos)
-        if "http" in CASES:
-            print("case 2: commit over HTTP", flush=True)
-            from bench.http_case import http_case
+        measurements += writers_case(tenant, dbos_dsn)
+    if "http" in CASES:
+        print("case 2: commit over HTTP", flush=True)
+        from bench.http_case import http_case
 
-            measurements += http_case(tenant)
-        if "restore" in CASES:
-            print("case 3: restore vs history length", flush=True)
-            measurements += cases.restore_case(tenant)
-        if "steps" in CASES:
-            print("case 4: step overhead on workers", flush=True)
-            from bench.workers import worker_case
+        measurements += http_case(tenant)
+    if "restore" in CASES:
+        print("case 3: restore vs history length", flush=True)
+        measurements += cases.restore_case(tenant)
+    if "steps" in CASES:
+        print("case 4: step overhead on workers", flush=True)
+        from bench.workers import worker_case
 
-            measurements += worker_case(tenant, dbos)
-        if "contention" in CASES:
-            print("case 5: contention", flush=True)
-            measurements += cases.contention_case(tenant)
-    finally:
-        if dbos is not None:
-            dbos.close()
+        measurements += worker_case(tenant, dbos_dsn)
+    if "contention" in CASES:
+        print("case 5: contention", flush=True)
+        measurements += cases.contention_case(tenant)
     rows = ratios(measurements)
     elapsed = time.perf_counter() - clock
     write_json(

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import fastjsonschema
 import jsonschema
 import rfc8785
 
@@ -184,6 +185,13 @@ SCHEMA: dict[str, Any] = {
 }
 
 _validator = jsonschema.Draft202012Validator(SCHEMA)
+# The same schema compiled to Python once (the keywords it uses mean the same in draft 7 and
+# 2020-12; formats are annotations in both, as for jsonschema): a valid envelope, the common
+# case, is checked in microseconds. Only an invalid one pays for jsonschema, which names
+# every problem by path. A property test holds the two to the same verdict.
+_compiled = fastjsonschema.compile(
+    {key: value for key, value in SCHEMA.items() if key != "$schema"}, use_formats=False
+)
 
 
 class EnvelopeInvalid(Exception):
@@ -204,6 +212,11 @@ class NoMigration(Exception):
 
 def validate(envelope: dict[str, Any]) -> None:
     """Raise EnvelopeInvalid (with every problem, by path) unless the envelope is valid."""
+    try:
+        _compiled(envelope)
+        return
+    except fastjsonschema.JsonSchemaException:
+        pass
     errors = sorted(_validator.iter_errors(envelope), key=lambda e: list(e.absolute_path))
     if errors:
         fields = {}
@@ -398,6 +411,10 @@ _TRIGGERS: dict[str, tuple[str, ...]] = {
     "Cairn API token": ("cairn_",),
 }
 _KEY_WORDS = ("pass", "pwd", "secret", "key", "token", "authorization", "cookie")
+_BYTE_TRIGGERS = {
+    what: tuple(t.encode("ascii") for t in triggers) for what, triggers in _TRIGGERS.items()
+}
+_BYTE_KEY_WORDS = tuple(word.encode("ascii") for word in _KEY_WORDS)
 # A credential-named key with a non-reference string value, as it appears in JSON text.
 _SECRET_KEY_IN_JSON = re.compile(
     r'"(?i:'
@@ -424,12 +441,14 @@ def find_secret(value: Any, path: str = "envelope") -> tuple[str, str] | None:
     text = json.dumps(value, ensure_ascii=False)
     for escaped, plain in _WHITESPACE_ESCAPES:
         text = text.replace(escaped, plain)
-    lowered = text.lower()
+    # Triggers are ASCII, so a trigger is in the text exactly when its bytes are in the
+    # text's UTF-8 bytes, where the substring search runs about twice as fast.
+    lowered = text.lower().encode("utf-8", "surrogatepass")
     suspicious = any(
         (triggers is None or any(t in lowered for t in triggers)) and pattern.search(text)
         for what, pattern in _SECRET_PATTERNS
-        for triggers in (_TRIGGERS.get(what),)
-    ) or (any(word in lowered for word in _KEY_WORDS) and _SECRET_KEY_IN_JSON.search(text))
+        for triggers in (_BYTE_TRIGGERS.get(what),)
+    ) or (any(word in lowered for word in _BYTE_KEY_WORDS) and _SECRET_KEY_IN_JSON.search(text))
     return _find_secret_path(value, path) if suspicious else None
 
 

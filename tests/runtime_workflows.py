@@ -57,3 +57,10 @@ for _state in research.states:
         research_gated.terminal(_state)
 
 GATED_STEPS = [s for s in research.states if s in research.steps][:4]
+
+# Six steps that do nothing: what a step costs the runtime itself (tests/test_fast_path.py).
+noop_six = Workflow("noop_six", version="1")
+NOOP_STEPS = [f"n{i}" for i in range(1, 7)]
+for _index, _state in enumerate(NOOP_STEPS):
+    noop_six.add_step(_state, lambda ctx: {}, next=(NOOP_STEPS + ["done"])[_index + 1])
+noop_six.terminal("done")

@@ -250,8 +250,9 @@ class StepContext:
                     pending_action=pending_action,
                     code_version=self._code_version,
                     is_evidence=True,
+                    head=keeper.head,
                 )
-            keeper.committed(version=result.run_version, used=used)
+            keeper.committed(version=result.run_version, used=used, head=result.head)
             self.side_effects[:] = copy.deepcopy(side_effects)
         except (ConcurrentCheckpointWrite, LeaseHeld, RunNotActive) as exc:
             raise LeaseLost(exc.detail)

@@ -4,9 +4,19 @@
 ``run.resume`` command. While it holds the lease it goes on to the next step directly
 (every step is committed first), up to ``CAIRN_STEPS_PER_TASK`` steps, then hands over.
 
+The lean loop: the first step of a task runs after the full validated restore. While the
+worker holds the lease and the run is at the version its own commit wrote, the envelope it
+committed *is* the restore, so a later step costs one read (is the run still ours, at that
+version, still workable?) and one write (its commit). The commit also renews the lease,
+charges the next step's attempt, and writes the run.resume it would publish as already
+taken by this worker (the worker executes it; a crash leaves it to the sweep), so no stale
+command is queued behind the run. A step that leaves a side effect unsettled sends the next
+step through the full restore, which reconciles it.
+
 Attempts: one step execution is one attempt, charged to the run (under the lease) *before*
 the step function runs, so a worker killed mid-step has already spent it and a crash loop
-ends in ``failed`` once ``max_attempts`` is used up.
+ends in ``failed`` once ``max_attempts`` is used up. In the lean loop the previous step's
+commit charges it.
 """
 
 from __future__ import annotations
@@ -34,8 +44,10 @@ from checkpoints.errors import (
     LeaseHeld,
     RunNotActive,
 )
-from checkpoints.models import Execution, Run, RunStatus, WorkerHeartbeat
-from checkpoints.services.checkpoints import BUDGET_USED_KEYS, checkpoint_commit
+from checkpoints.models import Checkpoint, Execution, Run, RunStatus, WorkerHeartbeat
+from checkpoints.services.budgets import budget_exhausted
+from checkpoints.services.checkpoints import BUDGET_USED_KEYS, CommitResult, checkpoint_commit
+from checkpoints.services.commit_sql import RunHead, run_lease_check
 from checkpoints.services.leases import lease_acquire
 from checkpoints.services.operations import operations_envelope_entries
 from tenants.services import Actor
@@ -44,10 +56,17 @@ from . import hooks
 from .context import StepContext, evidence_normalize
 from .definition import Next, StepSpec, Workflow
 from .errors import LeaseLost, PermanentStepError, RetryableStepError
-from .lease import LeaseKeeper
+from .lease import LeaseKeeper, used_merge
 from .models import ModelClient, ModelError, model_client_default
 from .registry import workflow_code
-from .restore import Halt, Restored, missing_key_reason, policy_check, restore_latest
+from .restore import (
+    Halt,
+    Restored,
+    credentials_check,
+    missing_key_reason,
+    policy_check,
+    restore_latest,
+)
 from .status import run_handover, run_pause_for_review
 
 log = logging.getLogger("cairn.runtime")
@@ -55,6 +74,8 @@ log = logging.getLogger("cairn.runtime")
 WORKABLE = frozenset(
     {RunStatus.RUNNING, RunStatus.WAITING_RETRY, RunStatus.WAITING_APPROVAL, RunStatus.RECONCILING}
 )
+# Side-effect statuses a restore has nothing to settle for: the lean loop may go on.
+SETTLED_EFFECTS = frozenset({"confirmed", "failed"})
 
 _identity: tuple[int, str] | None = None
 _heartbeat_at: float = 0.0
@@ -137,6 +158,8 @@ def run_advance(
             extra={"run": str(run.pk), "restore_count": lease.restore_count},
         )
     worker_heartbeat(owner)
+    run.lease_owner, run.lease_expires_at = owner, lease.expires_at
+    run.restore_count = lease.restore_count
     keeper = LeaseKeeper(
         run=run, owner=owner, version=lease.run_version, ttl_seconds=settings.CAIRN_LEASE_SECONDS
     )
@@ -156,25 +179,57 @@ class _Advance:
         self.model = model
         self.code: Workflow | None = workflow_code(run.workflow_type, run.workflow_version)
         self.actor = Actor.system(f"worker {keeper.owner}")
+        # The restore the next step may use instead of reading one: what this worker's own
+        # last commit wrote, while nothing it cannot see is left to reconcile.
+        self.lean: Restored | None = None
+        self.prepaid = False  # the last commit charged the next step's attempt
+        self.last_turn = False
 
     def work(self) -> str:
-        # The lease is renewed by each step's attempt charge (and in the background during a
-        # long step), so the loop itself writes nothing before a step.
-        for _ in range(settings.CAIRN_STEPS_PER_TASK):
-            run = self.run = Run.objects.select_related("workflow", "tenant").get(pk=self.run.pk)
-            if run.version != self.keeper.version or run.status not in WORKABLE:
-                raise LeaseLost("the run changed while this worker held its lease")
-            restored = restore_latest(run, self.code)
-            if isinstance(restored, Halt):
-                return self.halt(restored)
+        # The lease is renewed by each step's attempt charge or commit (and in the
+        # background during a long step), so the loop itself writes nothing before a step.
+        for turn in range(settings.CAIRN_STEPS_PER_TASK):
+            self.last_turn = turn == settings.CAIRN_STEPS_PER_TASK - 1
+            restored = self.lean
+            self.lean = None
+            if restored is not None:
+                self.still_ours()  # the step's one read
+                # Step 6 of the restore, as there: credentials still resolve, budgets.
+                halt = credentials_check(self.code, restored) or policy_check(self.run, restored)
+                if halt:
+                    return self.halt(halt)
+            else:
+                self.prepaid = False
+                if turn == 0:
+                    # Read just before the lease was granted at this very version.
+                    run = self.run
+                else:
+                    run = self.run = Run.objects.select_related("workflow", "tenant").get(
+                        pk=self.run.pk
+                    )
+                if run.version != self.keeper.version or run.status not in WORKABLE:
+                    raise LeaseLost("the run changed while this worker held its lease")
+                self.keeper.head = RunHead.of(run)
+                restored = restore_latest(run, self.code)
+                if isinstance(restored, Halt):
+                    return self.halt(restored)
             try:
                 outcome = self.next_step(restored)
             except MissingKeyError as exc:
                 # Never out of the task (the sweep would re-queue the run forever): pause.
-                return self.pause(missing_key_reason(exc, f"data the run's {run.state} reads"))
+                return self.pause(missing_key_reason(exc, f"data the run's {self.run.state} reads"))
             if outcome != "continue":
                 return outcome
         return "handed_over" if self.handover() else "lease_lost"
+
+    def still_ours(self) -> None:
+        """One read before a lean step: the run is at the version this worker wrote, still
+        leased by it and workable (an operator's cancel or pause moves the version)."""
+        row = run_lease_check(run_id=self.run.pk)
+        if row is None or row[0] != self.keeper.version or row[1] not in WORKABLE:
+            raise LeaseLost("the run changed while this worker held its lease")
+        if row[2] != self.keeper.owner:
+            raise LeaseLost("the run's lease is no longer this worker's")
 
     def handover(self) -> bool:
         self.keeper.stop_renewing()
@@ -207,7 +262,11 @@ class _Advance:
 
     def execute(self, spec: StepSpec, restored: Restored) -> str:
         keeper = self.keeper
-        used = keeper.charge(attempts_used=1)  # spent before the step runs: see module doc
+        if self.prepaid:  # the previous commit charged this attempt and renewed the lease
+            used = keeper.usage_now()
+        else:
+            used = keeper.charge(attempts_used=1)  # spent before the step runs: module doc
+        self.prepaid = False
         keeper.restart_clock()  # the step's own time is charged by its checkpoint
         ctx = StepContext(
             run=self.run,
@@ -395,6 +454,7 @@ class _Advance:
         """Commit the run's next checkpoint. A plain step's result is not ``is_evidence``:
         retention may compact it once the run is over (the effect and approval checkpoints
         that carry transition evidence are marked where they are written)."""
+        charge_next = self.charge_next(state, groups)
         try:
             result = checkpoint_commit(
                 tenant=self.run.tenant,
@@ -410,6 +470,10 @@ class _Advance:
                 next_eligible_at=next_eligible_at,
                 code_version=self.code.code_version if self.code else "",
                 is_evidence=is_evidence,
+                head=self.keeper.head,
+                continues=True,
+                consumed_outbox_id=self.keeper.taken_outbox_id,
+                charge_next_attempt=charge_next,
             )
         except (ConcurrentCheckpointWrite, LeaseHeld, RunNotActive) as exc:
             raise LeaseLost(exc.detail)
@@ -430,18 +494,70 @@ class _Advance:
             return self.pause(
                 f"the checkpoint for {step or state} was refused: {exc.detail}{fields}"
             )
-        self.keeper.committed(version=result.run_version, used=groups["budgets"])
+        self.keeper.committed(version=result.run_version, used=groups["budgets"], head=result.head)
         log.info(
             "step committed",
             extra={"run": str(self.run.pk), "step": step, "sequence": result.sequence},
         )
         if result.status in (RunStatus.RUNNING, RunStatus.WAITING_APPROVAL):
+            # This worker goes on: the commit's run.resume is its own (claimed, not sent).
+            self.keeper.taken_outbox_id = result.outbox_id
+            self.carry_on(result, groups, prepaid=charge_next)
             return "continue"  # at an approval state, the gate decides on the next turn
+        self.keeper.taken_outbox_id = None  # the commit marked it sent
         return {
             RunStatus.SUCCEEDED: "succeeded",
             RunStatus.FAILED: "failed",
             RunStatus.WAITING_RETRY: "waiting_retry",
         }.get(result.status, str(result.status))
+
+    def leanable(self, groups: dict[str, Any]) -> bool:
+        """Whether the next step may use this commit's envelope as its restore: not on the
+        task's last turn, and only with every side effect settled (else reconcile first)."""
+        return not self.last_turn and all(
+            effect.get("status") in SETTLED_EFFECTS for effect in groups.get("side_effects", [])
+        )
+
+    def charge_next(self, state: str, groups: dict[str, Any]) -> bool:
+        """Charge the next step's attempt in this commit: only when the next turn is lean and
+        will run a step that its budgets allow (as the policy check before it would)."""
+        if self.code is None or state not in self.code.steps or not self.leanable(groups):
+            return False
+        used = {**groups["budgets"], "attempts_used": groups["budgets"]["attempts_used"] + 1}
+        limits = self.run.budget_limits or {}
+        limit = limits.get("max_attempts")
+        if limit is not None and groups["budgets"]["attempts_used"] >= limit:
+            return False
+        return budget_exhausted(Run(budget_limits=limits, budget_used=used)) is None
+
+    def carry_on(self, result: CommitResult, groups: dict[str, Any], *, prepaid: bool) -> None:
+        """Make this commit the next step's restore (the lean loop), when it may be."""
+        run, head = self.run, result.head
+        run.version, run.state, run.status = head.version, head.state, head.status
+        run.checkpoint_sequence = head.checkpoint_sequence
+        run.latest_checkpoint_id = head.latest_checkpoint_id
+        run.latest_checkpoint_sha256 = head.latest_checkpoint_sha256
+        run.budget_used = head.budget_used
+        run.step = result.envelope["position"]["step"]
+        if not self.leanable(groups):
+            return
+        envelope = result.envelope
+        checkpoint = Checkpoint(
+            id=result.checkpoint_id,
+            tenant_id=run.tenant_id,
+            run_id=run.pk,
+            sequence=result.sequence,
+            parent_id=envelope["identity"]["parent_checkpoint_id"],
+            state=run.state,
+            step=run.step,
+            schema_version=envelope["schema_version"],
+            sha256=result.sha256,
+            parent_sha256=result.parent_sha256,
+        )
+        self.prepaid = prepaid and head.status == RunStatus.RUNNING
+        self.lean = Restored(
+            checkpoint=checkpoint, envelope=envelope, used=used_merge(envelope["budgets"])
+        )
 
     def pause(self, reason: str) -> str:
         self.keeper.stop_renewing()

@@ -13,14 +13,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
 
-from checkpoints.models import ACTIVE_STATUSES, Run
+from checkpoints.models import ACTIVE_STATUSES, OutboxMessage, Run
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS
+from checkpoints.services.commit_sql import RunHead
 from checkpoints.services.leases import lease_release
 
 from .errors import LeaseLost
@@ -55,6 +57,13 @@ class LeaseKeeper:
         self._lock = threading.RLock()
         self._mark = time.monotonic()
         self._used = used_merge(run.budget_used)  # as last written under this lease
+        self._renewing = False
+        # The run as this worker last wrote it, for the next commit (``head=``): kept in step
+        # with every charge, so the commit's head check passes without a re-read.
+        self.head: RunHead | None = None
+        # The run.resume of this worker's last commit, which it executes itself: claimed,
+        # not published; marked sent by the next commit or on release.
+        self.taken_outbox_id: int | None = None
 
     def _guard(self):  # noqa: ANN202
         # Holding the lease means: this owner, at this version, on a run still active. An
@@ -72,9 +81,19 @@ class LeaseKeeper:
     def renew(self) -> None:
         """Extend the lease (one conditional UPDATE). Raises LeaseLost when it is no longer
         this worker's, or the run moved on or ended."""
-        if not self._guard().update(lease_expires_at=self._expiry()):
+        expiry = self._expiry()
+        if not self._guard().update(lease_expires_at=expiry):
             self.lost = True
             raise LeaseLost("the run's lease or version changed, or the run ended")
+        self._extend_claim(expiry)
+
+    def _extend_claim(self, expiry) -> None:  # noqa: ANN001
+        # The command this worker took lives as long as its lease: nobody publishes it while
+        # the worker is alive, the sweep or the rescue does once the lease has lapsed.
+        if self.taken_outbox_id is not None:
+            OutboxMessage.objects.filter(pk=self.taken_outbox_id, sent_at__isnull=True).update(
+                claimed_until=expiry
+            )
 
     def charge(self, **deltas: float) -> dict[str, Any]:
         """Add usage to the run and renew the lease (one transaction, only while this worker
@@ -89,8 +108,12 @@ class LeaseKeeper:
                 used[key] = (
                     round(used[key] + delta, 6) if isinstance(delta, float) else (used[key] + delta)
                 )
-            self._guard().update(budget_used=used, lease_expires_at=self._expiry())
+            expiry = self._expiry()
+            self._guard().update(budget_used=used, lease_expires_at=expiry)
+            self._extend_claim(expiry)
             self._used = used
+            if self.head is not None:
+                self.head = replace(self.head, budget_used=dict(used))
             return dict(used)
 
     def flush_elapsed(self) -> dict[str, Any]:
@@ -110,23 +133,39 @@ class LeaseKeeper:
             used["elapsed_seconds"] = round(used["elapsed_seconds"] + elapsed, 3)
             return used
 
-    def committed(self, *, version: int, used: dict[str, Any]) -> None:
-        """A checkpoint at ``version`` recorded ``used``: the run's usage now."""
+    def committed(self, *, version: int, used: dict[str, Any], head: RunHead | None = None) -> None:
+        """A checkpoint at ``version`` recorded ``used``: the run's usage now (the commit's
+        ``head``, when given, has the run's usage, which may include a prepaid attempt)."""
         with self._lock:
             self.version = version
-            self._used = used_merge(used)
+            self._used = used_merge(used, head.budget_used if head is not None else None)
             self._mark = time.monotonic()
+            self.head = head
 
     def restart_clock(self) -> None:
         self._mark = time.monotonic()
 
     # --- renewal during a step -------------------------------------------------------------
+    # One renewal thread per lease, started with the first step and paused between steps
+    # (a thread started per step would cost each step its start and join).
     def start_renewing(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._renew_loop, name="cairn-lease", daemon=True)
-        self._thread.start()
+        with self._lock:
+            self._renewing = True
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._renew_loop, name="cairn-lease", daemon=True
+            )
+            self._thread.start()
 
     def stop_renewing(self) -> None:
+        """Pause renewal. Returns once no renewal is in flight (it holds the lock), so the
+        caller may move the run's version."""
+        with self._lock:
+            self._renewing = False
+
+    def _end_renewing(self) -> None:
+        self.stop_renewing()
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -137,7 +176,10 @@ class LeaseKeeper:
         try:
             while not self._stop.wait(interval):
                 try:
-                    self.flush_elapsed()  # a charge: it renews the lease as it writes the time
+                    with self._lock:
+                        if not self._renewing:
+                            continue
+                        self.flush_elapsed()  # a charge: it renews the lease as it writes
                 except LeaseLost:
                     log.warning("lease lost during a step", extra={"run": str(self.run_id)})
                     return
@@ -147,7 +189,13 @@ class LeaseKeeper:
             connection.close()  # this thread's own connection
 
     def release(self) -> None:
-        self.stop_renewing()
+        self._end_renewing()
+        if self.taken_outbox_id is not None:
+            # This worker carried out the command itself (or the run moved on): done.
+            OutboxMessage.objects.filter(pk=self.taken_outbox_id, sent_at__isnull=True).update(
+                sent_at=timezone.now()
+            )
+            self.taken_outbox_id = None
         try:
             lease_release(tenant=self.tenant, run_id=self.run_id, owner=self.owner)
         except Exception:

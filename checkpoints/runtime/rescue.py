@@ -5,6 +5,11 @@ A run needs rescue when its worker died (the lease expired), when its command wa
 (the lease is free, nothing is queued and nothing happened for a lease period), or when a
 retry came due and its delayed command went missing. A rescue command carries the run's
 current version, so if the original command does turn up, one of the two is a no-op.
+
+A worker that goes on with a run in its own loop writes each step's command claimed by
+itself until its lease expires (``checkpoint_commit(continues=True)``). When the worker
+dies, that claim lapses with the lease: the rescue supersedes the command (marks it sent)
+and queues its own, so the run gets one command, not two.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ def runs_rescue(*, limit: int = 500) -> int:
     expired = Q(lease_expires_at__lte=now) & ~Q(lease_owner="")
     free = Q(lease_owner="") | Q(lease_expires_at__isnull=True)
     resume = OutboxMessage.objects.filter(run=OuterRef("pk"), kind="run.resume")
-    unsent = Exists(resume.filter(sent_at__isnull=True))
+    lapsed = Q(claimed_until__lte=now)  # a dead worker's (or dispatcher's) claim
+    unsent = Exists(resume.filter(sent_at__isnull=True).exclude(lapsed))
     recently_sent = Exists(resume.filter(sent_at__gte=grace))
     stranded = (
         # A worker that died while reconciling leaves the run ``reconciling``.
@@ -48,6 +54,9 @@ def runs_rescue(*, limit: int = 500) -> int:
     count = 0
     for run in candidates:
         with transaction.atomic():
+            OutboxMessage.objects.filter(
+                lapsed, run=run, kind="run.resume", sent_at__isnull=True
+            ).update(sent_at=now)
             outbox.outbox_enqueue(
                 run=run,
                 kind="run.resume",

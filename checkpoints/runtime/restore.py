@@ -226,11 +226,14 @@ def _restore(run: Run, code: Workflow | None) -> Restored | Halt:
         return Halt("pause", reason, restored)
     # 6. Time-sensitive policy: credentials still resolve; budgets and the deadline
     # (approval expiry: approval_gate).
-    if code is not None:
-        problem = _check_secrets(code)
-        if problem:
-            return Halt("pause", problem, restored)
-    return policy_check(run, restored) or restored
+    return credentials_check(code, restored) or policy_check(run, restored) or restored
+
+
+def credentials_check(code: Workflow | None, restored: Restored) -> Halt | None:
+    """Pause the run when a secret reference its steps declare no longer resolves (run
+    before every step, in the lean loop too). Reads no database."""
+    problem = _check_secrets(code) if code is not None else None
+    return Halt("pause", problem, restored) if problem else None
 
 
 def policy_check(run: Run, restored: Restored, *, attempt_needed: bool = False) -> Halt | None:

@@ -13,20 +13,20 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from checkpoints import crypto
 from checkpoints import envelope as env
 from checkpoints.errors import (
     ArtifactHashMismatch,
+    CairnError,
     ConcurrentCheckpointWrite,
     IllegalTransition,
     IntegrityFailure,
@@ -39,14 +39,20 @@ from checkpoints.errors import (
 )
 from checkpoints.models import (
     ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
     Artifact,
     Checkpoint,
     Execution,
     Run,
     RunStatus,
 )
-from checkpoints.services import outbox
-from checkpoints.services.commit_rules import commit_approval_consume, commit_rules_check
+from checkpoints.services import commit_sql, outbox
+from checkpoints.services.commit_rules import (
+    ApprovalUse,
+    commit_approval_consume,
+    commit_rules_check,
+)
+from checkpoints.services.commit_sql import RunHead
 from observability.latency import commit_latency_record
 from retention.references import references_record
 from tenants.models import Tenant
@@ -80,6 +86,10 @@ class CommitResult:
     parent_sha256: str
     run_version: int
     status: str  # the run's status after the commit
+    # The run as this commit left it, for the caller's next commit (``head=``).
+    head: RunHead | None = None
+    envelope: dict[str, Any] | None = None  # the full envelope as committed
+    outbox_id: int | None = None  # the run's next command (or event) in the outbox
 
 
 def run_get(*, tenant: Tenant, run_id: UUID | str) -> Run:
@@ -97,6 +107,7 @@ def envelope_seal(*, tenant_id: object, checkpoint_id: object, envelope: dict[st
         table=TABLE,
         row_id=checkpoint_id,
         field=FIELD,
+        compress=True,
     )
 
 
@@ -172,8 +183,8 @@ def _check_artifacts(tenant: Tenant, evidence: dict[str, Any]) -> None:
             )
 
 
-def _derive_status(run: Run, state: str) -> str:
-    definition = run.workflow.definition
+def _derive_status(run: RunHead, state: str) -> str:
+    definition = run.definition
     if state in definition.get("terminal", []):
         return RunStatus.SUCCEEDED
     if state in definition.get("approval_states", []):
@@ -270,6 +281,7 @@ def checkpoint_insert(
             table=TABLE,
             row_id=checkpoint_id,
             field=FIELD,
+            compress=True,
         ),
         key_id=crypto.keyring().active_id,
         sha256=prepared.sha256,
@@ -299,12 +311,22 @@ def checkpoint_commit(
     code_version: str = "",
     is_evidence: bool = False,
     operator_override: bool = False,
+    head: RunHead | None = None,
+    continues: bool = False,
+    consumed_outbox_id: int | None = None,
+    charge_next_attempt: bool = False,
     answers_interrupt: bool = False,
 ) -> CommitResult:
-    """Commit the run's next checkpoint. One transaction; all or nothing.
+    """Commit the run's next checkpoint. All or nothing: on PostgreSQL one statement (one
+    round trip outside a transaction), on SQLite one transaction (``commit_sql``).
 
     ``envelope`` holds the writer's groups (inputs, evidence, side_effects, budgets,
     control); a group left out is carried forward from the parent checkpoint.
+
+    ``head`` is the run as the caller last saw it (``CommitResult.head`` of its previous
+    commit, or ``RunHead.of`` its restored run); without it the commit reads it (one more
+    statement). A stale head costs a re-read, never a wrong write: the statement writes only
+    when the run is still at that head.
 
     ``answers_interrupt`` is only for the LangGraph store: a thread leaves its
     ``interrupted`` state when the application resumes the graph with the person's answer
@@ -313,6 +335,14 @@ def checkpoint_commit(
     ``operator_override`` is only for recorded operator actions (``run_retry``, which writes
     its audit event in the same transaction): the move may go to any state of the workflow,
     also backwards, and a failed run may be reopened. Everything else is checked as usual.
+
+    For a worker that goes on with the run in its own loop: ``continues`` writes the
+    ``run.resume`` of a commit that leaves the run running (or at an approval) already
+    claimed by the lease owner until its lease expires, instead of publishing it (so a
+    crash still leaves the sweep a command to publish); ``consumed_outbox_id`` marks its
+    previous such command sent in the same statement; ``charge_next_attempt`` charges the
+    attempt of the step it runs next to the run's usage (not to this checkpoint) and
+    renews the lease, so that step needs no write of its own before it runs.
 
     Raises NotFound, RunNotActive, ConcurrentCheckpointWrite (expected_version is not the
     run's version), LeaseHeld (another owner holds an unexpired lease), IllegalTransition,
@@ -325,125 +355,289 @@ def checkpoint_commit(
             f"A commit cannot set the status '{status}'.", fields={"status": status}
         )
     started = time.monotonic()
-    with transaction.atomic():
-        run = run_get(tenant=tenant, run_id=run_id)
-        reopens = operator_override and run.status == RunStatus.FAILED
-        if (
-            run.status not in ACTIVE_STATUSES or run.status == RunStatus.CANCELLING
-        ) and not reopens:
-            raise RunNotActive(f"The run is {run.status}; it accepts no more checkpoints.")
-        if run.version != expected_version:
-            raise ConcurrentCheckpointWrite(
-                f"The run is at version {run.version}, not {expected_version}: another writer "
-                "committed first. Reload the run and decide again."
-            )
-        now = timezone.now()
-        if run.lease_held(now) and run.lease_owner != lease_owner:
-            raise LeaseHeld(
-                f"The run is leased by {run.lease_owner} until {run.lease_expires_at.isoformat()}."
-            )
-        if state not in run.workflow.definition["states"] or (
-            not operator_override and not transition_ok(run, state)
-        ):
-            raise IllegalTransition(
-                f"Workflow {run.workflow_type} does not allow {run.state} → {state}."
-            )
-        groups = dict(envelope)
-        missing = [g for g in env.CLIENT_GROUPS if g not in groups]
-        if missing:
-            parent_envelope = latest_envelope(run)
-            for group in missing:
-                groups[group] = parent_envelope.get(group, {} if group != "side_effects" else [])
-        sequence = run.checkpoint_sequence + 1
-        checkpoint_id = uuid.uuid4()
-        full = checkpoint_build(
-            run=run,
-            checkpoint_id=checkpoint_id,
-            sequence=sequence,
-            parent=(run.latest_checkpoint_id, run.latest_checkpoint_sha256),
-            state=state,
-            step=step,
-            groups=groups,
-            pending_action=pending_action,
-            code_version=code_version,
+    request = _CommitRequest(
+        expected_version=expected_version,
+        state=state,
+        step=step,
+        groups=envelope,
+        actor=actor,
+        status=status,
+        status_reason=status_reason,
+        lease_owner=lease_owner,
+        pending_action=pending_action,
+        next_eligible_at=next_eligible_at,
+        code_version=code_version,
+        is_evidence=is_evidence,
+        operator_override=operator_override,
+        continues=continues,
+        consumed_outbox_id=consumed_outbox_id,
+        charge_next_attempt=charge_next_attempt,
+        answers_interrupt=answers_interrupt,
+    )
+    known = head if head is not None and str(head.id) == str(run_id) else None
+    if known is not None and known.tenant_id != tenant.id:
+        known = None
+    # A head the caller kept may be stale; every refusal decided on it is decided again on
+    # the run as it is now, so a stale writer gets the answer a fresh read would give.
+    for _attempt in range(3):
+        fresh = known is None
+        current = known or _head_read(tenant, run_id)
+        try:
+            write, full = _commit_plan(tenant, current, request)
+        except CairnError:
+            if fresh:
+                raise
+            known = None
+            continue
+        if request.approval_use is None:
+            outbox_id = _commit_execute(write, full)
+        else:
+            outbox_id = _commit_consuming(request.approval_use, current, actor, write, full)
+        if outbox_id is not None:
+            break
+        # The run left this head (a racing writer, an operator, a charge): decide again on
+        # the run as it is now. A writer that lost the race is refused there.
+        known = None
+    else:
+        raise ConcurrentCheckpointWrite(
+            f"The run moved past version {expected_version} while this checkpoint was "
+            "being written; nothing was written."
         )
-        prepared = envelope_prepare(full)
-        _check_budget_monotonic(run, full["budgets"])
-        _check_artifacts(tenant, full["evidence"])
-        digest = prepared.sha256
-        new_status = status or _derive_status(run, state)
-        # The protocol, one rule set for every writer (checkpoints/services/commit_rules.py).
-        approval_use = commit_rules_check(
-            run=run,
-            definition=run.workflow.definition,
-            state=state,
-            status=new_status,
-            budgets=full["budgets"],
-            evidence=full["evidence"],
-            control=full["control"],
-            operator_override=operator_override or answers_interrupt,
-        )
-        if approval_use is not None:
-            commit_approval_consume(use=approval_use, run=run, actor=actor)
-        updated = Run.objects.filter(pk=run.pk, version=expected_version).update(
-            version=F("version") + 1,
-            checkpoint_sequence=sequence,
-            latest_checkpoint_id=checkpoint_id,
-            latest_checkpoint_sha256=digest,
-            state=state,
-            step=step,
-            status=new_status,
-            status_reason=status_reason,
-            next_eligible_at=next_eligible_at,
-            budget_used={k: full["budgets"][k] for k in BUDGET_USED_KEYS},
-            updated_at=now,
-        )
-        if updated != 1:
-            raise ConcurrentCheckpointWrite(
-                f"The run moved past version {expected_version} while this checkpoint was "
-                "being written; nothing was written."
-            )
-        checkpoint = checkpoint_insert(
-            run=run,
-            checkpoint_id=checkpoint_id,
-            prepared=prepared,
-            actor=actor,
-            is_evidence=is_evidence,
-        )
-        outbox.outbox_enqueue(
-            run=run,
-            kind="run.resume" if run.execution == Execution.WORKER else "run.checkpointed",
-            payload={"run_id": str(run.id), "expected_version": expected_version + 1},
-            available_at=next_eligible_at,
-        )
+    if request.outbox_dispatch and settings.CAIRN_DISPATCH_ON_COMMIT:
+        transaction.on_commit(lambda: outbox.outbox_dispatch(message_ids=[outbox_id]))
     commit_latency_record(seconds=time.monotonic() - started)
     log.info(
         "checkpoint committed",
         extra={
-            "run": str(run.id),
+            "run": str(current.id),
             "tenant": tenant.slug,
-            "sequence": sequence,
+            "sequence": write.sequence,
             "state": state,
             "step": step,
-            "status": new_status,
+            "status": write.status,
         },
     )
     return CommitResult(
-        checkpoint_id=checkpoint.id,
-        sequence=sequence,
-        sha256=digest,
-        parent_sha256=full["identity"]["parent_sha256"],
+        checkpoint_id=write.checkpoint_id,
+        sequence=write.sequence,
+        sha256=write.sha256,
+        parent_sha256=write.parent_sha256,
         run_version=expected_version + 1,
-        status=new_status,
+        status=write.status,
+        head=replace(
+            current,
+            version=expected_version + 1,
+            status=write.status,
+            state=state,
+            checkpoint_sequence=write.sequence,
+            latest_checkpoint_id=write.checkpoint_id,
+            latest_checkpoint_sha256=write.sha256,
+            lease_expires_at=write.lease_until
+            if write.lease_until is not None and current.lease_owner == lease_owner
+            else current.lease_expires_at,
+            budget_used=write.budget_used,
+        ),
+        envelope=full,
+        outbox_id=outbox_id,
     )
 
 
-def transition_ok(run: Run, state: str) -> bool:
+@dataclass
+class _CommitRequest:
+    expected_version: int
+    state: str
+    step: str
+    groups: dict[str, Any]
+    actor: Actor
+    status: str | None
+    status_reason: str
+    lease_owner: str | None
+    pending_action: str | None
+    next_eligible_at: datetime | None
+    code_version: str
+    is_evidence: bool
+    operator_override: bool
+    continues: bool
+    consumed_outbox_id: int | None
+    charge_next_attempt: bool
+    answers_interrupt: bool = False
+    outbox_dispatch: bool = False
+    # Set by the plan when the commit leaves an approval state under an approved request.
+    approval_use: ApprovalUse | None = None
+
+
+class _HeadMoved(Exception):
+    pass
+
+
+def _commit_consuming(
+    use: ApprovalUse, head: RunHead, actor: Actor, write: commit_sql.CommitWrite, full: dict
+) -> int | None:
+    """A commit that leaves an approval state: the approval is consumed in the commit's
+    transaction, so it is used if and only if the run moves (a head that moved meanwhile
+    rolls the consumption back with the write that did not happen)."""
+    try:
+        with transaction.atomic():
+            commit_approval_consume(use=use, run=head, actor=actor)
+            outbox_id = _commit_execute(write, full)
+            if outbox_id is None:
+                raise _HeadMoved
+            return outbox_id
+    except _HeadMoved:
+        return None
+
+
+def _head_read(tenant: Tenant, run_id: UUID | str) -> RunHead:
+    head = commit_sql.head_read(tenant_id=tenant.id, run_id=run_id)
+    if head is None:
+        raise NotFound("No such run.")
+    return head
+
+
+def _commit_plan(
+    tenant: Tenant, run: RunHead, request: _CommitRequest
+) -> tuple[commit_sql.CommitWrite, dict[str, Any]]:
+    """Check the commit against ``run`` and build, validate, hash and seal its envelope.
+    Reads nothing unless the writer left a group out (the parent's is carried forward)."""
+    expected_version, state, operator_override = (
+        request.expected_version,
+        request.state,
+        request.operator_override,
+    )
+    reopens = operator_override and run.status == RunStatus.FAILED
+    if (run.status not in ACTIVE_STATUSES or run.status == RunStatus.CANCELLING) and not reopens:
+        raise RunNotActive(f"The run is {run.status}; it accepts no more checkpoints.")
+    if run.version != expected_version:
+        raise ConcurrentCheckpointWrite(
+            f"The run is at version {run.version}, not {expected_version}: another writer "
+            "committed first. Reload the run and decide again."
+        )
+    now = timezone.now()
+    if run.lease_held(now) and run.lease_owner != request.lease_owner:
+        raise LeaseHeld(
+            f"The run is leased by {run.lease_owner} until {run.lease_expires_at.isoformat()}."
+        )
+    if state not in run.definition["states"] or (
+        not operator_override and not transition_ok(run, state)
+    ):
+        raise IllegalTransition(
+            f"Workflow {run.workflow_type} does not allow {run.state} → {state}."
+        )
+    groups = dict(request.groups)
+    missing = [g for g in env.CLIENT_GROUPS if g not in groups]
+    if missing:
+        parent_envelope = latest_envelope(run)
+        for group in missing:
+            groups[group] = parent_envelope.get(group, {} if group != "side_effects" else [])
+    sequence = run.checkpoint_sequence + 1
+    checkpoint_id = uuid.uuid4()
+    full = checkpoint_build(
+        run=run,
+        checkpoint_id=checkpoint_id,
+        sequence=sequence,
+        parent=(run.latest_checkpoint_id, run.latest_checkpoint_sha256),
+        state=state,
+        step=request.step,
+        groups=groups,
+        pending_action=request.pending_action,
+        code_version=request.code_version,
+    )
+    prepared = envelope_prepare(full)
+    _check_budget_monotonic(run, full["budgets"])
+    _check_artifacts(tenant, full["evidence"])
+    request.outbox_dispatch = False
+    new_status = request.status or _derive_status(run, state)
+    # The protocol, one rule set for every writer (commit_rules): it reads nothing more,
+    # except the run's approval requests on a commit that leaves an approval state.
+    request.approval_use = commit_rules_check(
+        run=run,
+        definition=run.definition,
+        state=state,
+        status=new_status,
+        budgets=full["budgets"],
+        evidence=full["evidence"],
+        control=full["control"],
+        operator_override=operator_override or request.answers_interrupt,
+    )
+    used = {k: full["budgets"][k] for k in BUDGET_USED_KEYS}
+    lease_until = None
+    if request.charge_next_attempt and new_status == RunStatus.RUNNING:
+        used = {**used, "attempts_used": used["attempts_used"] + 1}
+    if request.lease_owner and run.lease_owner == request.lease_owner:
+        lease_until = now + timedelta(seconds=settings.CAIRN_LEASE_SECONDS)
+    # The outbox message: a worker run's next command, or an event about an external run.
+    kind = "run.resume" if run.execution == Execution.WORKER else "run.checkpointed"
+    claimed_until = sent_at = None
+    if kind not in outbox.TASK_FOR_KIND or new_status in TERMINAL_STATUSES:
+        sent_at = now  # nothing consumes it (a run.resume of an ended run is a no-op)
+    elif request.continues and new_status in (RunStatus.RUNNING, RunStatus.WAITING_APPROVAL):
+        # The caller executes it itself; until its lease would expire nobody publishes it.
+        claimed_until = lease_until or now + timedelta(seconds=settings.CAIRN_LEASE_SECONDS)
+    else:
+        available = request.next_eligible_at
+        request.outbox_dispatch = available is None or available <= now
+    identity = full["identity"]
+    write = commit_sql.CommitWrite(
+        head=run,
+        checkpoint_id=checkpoint_id,
+        sequence=sequence,
+        parent_id=identity["parent_checkpoint_id"],
+        state=state,
+        step=request.step,
+        status=new_status,
+        status_reason=request.status_reason,
+        next_eligible_at=request.next_eligible_at,
+        budget_used=used,
+        lease_owner=request.lease_owner,
+        lease_until=lease_until,
+        schema_version=full["schema_version"],
+        envelope_sealed=crypto.seal(
+            prepared.canonical,
+            tenant_id=run.tenant_id,
+            table=TABLE,
+            row_id=checkpoint_id,
+            field=FIELD,
+            compress=True,
+        ),
+        key_id=crypto.keyring().active_id,
+        sha256=prepared.sha256,
+        parent_sha256=identity["parent_sha256"],
+        actor=request.actor.name[:200],
+        is_evidence=request.is_evidence,
+        outbox_kind=kind,
+        outbox_payload={"run_id": str(run.id), "expected_version": expected_version + 1},
+        outbox_available_at=request.next_eligible_at,
+        outbox_claimed_until=claimed_until,
+        outbox_sent_at=sent_at,
+        consumed_outbox_id=request.consumed_outbox_id,
+        now=now,
+    )
+    return write, full
+
+
+def _commit_execute(write: commit_sql.CommitWrite, full: dict[str, Any]) -> int | None:
+    """The write; with evidence artifacts also the reference index, in one transaction.
+    Returns the outbox id, or None when the run left the head (nothing written)."""
+    if not full["evidence"].get("artifacts"):
+        return commit_sql.commit_write(write)
+    with transaction.atomic():
+        outbox_id = commit_sql.commit_write(write)
+        if outbox_id is not None:
+            # Envelopes are encrypted: retention learns which artifacts a checkpoint names here.
+            references_record(
+                checkpoint=Checkpoint(id=write.checkpoint_id, tenant_id=write.head.tenant_id),
+                envelope=full,
+            )
+    return outbox_id
+
+
+def transition_ok(run: Run | RunHead, state: str) -> bool:
     from checkpoints.services.workflows import transition_allowed
 
-    if state not in run.workflow.definition["states"]:
+    definition = run.definition if isinstance(run, RunHead) else run.workflow.definition
+    if state not in definition["states"]:
         return False
-    return transition_allowed(run.workflow.definition, run.state, state)
+    return transition_allowed(definition, run.state, state)
 
 
 def _check_budget_monotonic(run: Run, budgets: dict[str, Any]) -> None:
@@ -459,8 +653,8 @@ def _check_budget_monotonic(run: Run, budgets: dict[str, Any]) -> None:
         )
 
 
-def latest_envelope(run: Run) -> dict[str, Any]:
-    checkpoint = Checkpoint.objects.filter(run=run, sequence=run.checkpoint_sequence).first()
+def latest_envelope(run: Run | RunHead) -> dict[str, Any]:
+    checkpoint = Checkpoint.objects.filter(run_id=run.id, sequence=run.checkpoint_sequence).first()
     if checkpoint is None:
         return {}
     return checkpoint_envelope(checkpoint)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
+from django.core.exceptions import ValidationError
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -53,24 +54,21 @@ def lease_acquire(
     free = Q(lease_owner="") | Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now)
     mine = Q(lease_owner=owner)
     base = Run.objects.filter(pk=run.pk, version=expected_version, status__in=ACTIVE_STATUSES)
+    # The three cases are disjoint (a free lease, this owner's, another owner's expired
+    # one); a new task's lease, the common case, is the first UPDATE.
     took_over = False
-    updated = base.filter(mine).update(lease_expires_at=expires)
+    updated = base.filter(free, lease_owner="").update(lease_owner=owner, lease_expires_at=expires)
+    if not updated:
+        updated = base.filter(mine).update(lease_expires_at=expires)
     if not updated:
         # Someone else's expired lease: taking it over is a restore.
-        taken = (
+        updated = took_over = bool(
             base.filter(free)
             .exclude(lease_owner="")
             .update(
                 lease_owner=owner, lease_expires_at=expires, restore_count=F("restore_count") + 1
             )
         )
-        if taken:
-            took_over = True
-        else:
-            updated = base.filter(free, lease_owner="").update(
-                lease_owner=owner, lease_expires_at=expires
-            )
-        updated = updated or taken
     if not updated:
         run.refresh_from_db()
         if run.status not in ACTIVE_STATUSES:
@@ -82,22 +80,27 @@ def lease_acquire(
         raise LeaseHeld(
             f"The run is leased by {run.lease_owner} until {run.lease_expires_at.isoformat()}."
         )
-    run.refresh_from_db(fields=["version", "restore_count"])
+    # The UPDATE matched the expected version, so the run is at it; a take-over counted one
+    # more restore than the run had when it was read.
     return Lease(
         run_id=run.id,
         owner=owner,
         expires_at=expires,
-        run_version=run.version,
-        restore_count=run.restore_count,
+        run_version=expected_version,
+        restore_count=run.restore_count + (1 if took_over else 0),
         took_over=took_over,
     )
 
 
 def lease_release(*, tenant: Tenant, run_id: UUID | str, owner: str) -> bool:
-    """Release the lease if ``owner`` holds it. Returns whether it did; never raises LeaseHeld."""
-    run = run_get(tenant=tenant, run_id=run_id)
-    return bool(
-        Run.objects.filter(pk=run.pk, lease_owner=owner).update(
+    """Release the lease if ``owner`` holds it. Returns whether it did; never raises LeaseHeld.
+    Raises NotFound for a run the tenant does not have."""
+    try:
+        released = Run.objects.filter(tenant=tenant, pk=run_id, lease_owner=owner).update(
             lease_owner="", lease_expires_at=None
         )
-    )
+    except (ValueError, ValidationError):  # not a UUID
+        released = 0
+    if not released:
+        run_get(tenant=tenant, run_id=run_id)  # NotFound for a run the tenant lacks
+    return bool(released)

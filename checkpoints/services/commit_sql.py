@@ -1,0 +1,463 @@
+"""The SQL of the checkpoint commit: the one module that writes a checkpoint.
+
+``checkpoint_commit`` (``checkpoints.services.checkpoints``) decides and seals; this module
+reads the run's head and writes the commit. It is SQL on purpose: the commit is the hot
+path of every run, and Django building and compiling four ORM statements cost more than
+the database did (README, Performance). Everything else uses the ORM.
+
+PostgreSQL: the commit is **one statement**, data-modifying CTEs that make the optimistic
+``UPDATE run … WHERE id AND version … RETURNING``, insert the checkpoint and the outbox
+message from what the update returned, and mark the caller's previous in-loop command as
+consumed. When the run is not at the head the caller built the envelope from, the update
+matches no row, the inserts select from nothing, and nothing is written. Outside a
+transaction it is one round trip (an implicit transaction); it runs on a server-side
+prepared statement (psycopg 3), parsed once per connection.
+
+SQLite (in process, no round trips): the same protocol as plain statements in one
+transaction (the settings open transactions ``IMMEDIATE``); sqlite3 keeps them prepared.
+
+The head check covers more than the version: the run's status, its budget usage and limits
+(which a lease's charge or a grant change without a new version) and the lease. So an
+envelope whose budgets or identity were built from anything but the run as it is now
+cannot be written.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from django.db import connection, transaction
+from django.utils.dateparse import parse_datetime
+
+from checkpoints.models import Checkpoint, OutboxMessage, Run, WorkflowDefinition
+
+RUN = Run._meta.db_table
+CHECKPOINT = Checkpoint._meta.db_table
+OUTBOX = OutboxMessage._meta.db_table
+WORKFLOW = WorkflowDefinition._meta.db_table
+# psycopg prepares a statement after this many executions; Django leaves it off (None) for
+# connection poolers, so the commit asks for preparation itself (``prepare=True``), and the
+# threshold only has to be set for psycopg to honour that.
+_NEVER_AUTO_PREPARE = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class RunHead:
+    """What a commit needs from its run: identity, head of the chain, usage, lease.
+
+    A caller that already holds it (the worker, from its restore and its last commit)
+    passes it to ``checkpoint_commit``; otherwise the commit reads it (``head_read``). The
+    commit's statement verifies it, so a stale head writes nothing.
+    """
+
+    id: UUID
+    tenant_id: UUID
+    workflow_id: int
+    workflow_type: str
+    workflow_version: str
+    definition: dict[str, Any]
+    execution: str
+    version: int
+    status: str
+    state: str
+    checkpoint_sequence: int
+    latest_checkpoint_id: UUID | None
+    latest_checkpoint_sha256: str
+    lease_owner: str
+    lease_expires_at: datetime | None
+    budget_used: dict[str, Any]
+    budget_limits: dict[str, Any]
+
+    @classmethod
+    def of(cls, run: Run) -> RunHead:
+        """The head of a run loaded with its workflow (``select_related("workflow")``)."""
+        return cls(
+            id=run.id,
+            tenant_id=run.tenant_id,
+            workflow_id=run.workflow_id,
+            workflow_type=run.workflow_type,
+            workflow_version=run.workflow_version,
+            definition=run.workflow.definition,
+            execution=run.execution,
+            version=run.version,
+            status=run.status,
+            state=run.state,
+            checkpoint_sequence=run.checkpoint_sequence,
+            latest_checkpoint_id=run.latest_checkpoint_id,
+            latest_checkpoint_sha256=run.latest_checkpoint_sha256,
+            lease_owner=run.lease_owner,
+            lease_expires_at=run.lease_expires_at,
+            budget_used=dict(run.budget_used or {}),
+            budget_limits=dict(run.budget_limits or {}),
+        )
+
+    def lease_held(self, now: datetime) -> bool:
+        expires = self.lease_expires_at
+        return bool(self.lease_owner and expires and expires > now)
+
+
+@dataclass(frozen=True)
+class CommitWrite:
+    """One commit, decided and sealed: the values of the statement."""
+
+    head: RunHead
+    checkpoint_id: UUID
+    sequence: int
+    parent_id: UUID | None
+    state: str
+    step: str
+    status: str
+    status_reason: str
+    next_eligible_at: datetime | None
+    budget_used: dict[str, Any]
+    lease_owner: str | None
+    lease_until: datetime | None  # renew the lease to this (only the owner's)
+    schema_version: int
+    envelope_sealed: str
+    key_id: str
+    sha256: str
+    parent_sha256: str
+    actor: str
+    is_evidence: bool
+    outbox_kind: str
+    outbox_payload: dict[str, Any]
+    outbox_available_at: datetime | None
+    outbox_claimed_until: datetime | None
+    outbox_sent_at: datetime | None
+    consumed_outbox_id: int | None  # the caller's previous in-loop command, now done
+    now: datetime
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value)
+
+
+def _loads(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+# --- PostgreSQL -------------------------------------------------------------------------------
+_PG_HEAD = f"""
+SELECT r.id, r.tenant_id, r.workflow_id, r.workflow_type, r.workflow_version, w.definition,
+       r.execution, r.version, r.status, r.state, r.checkpoint_sequence,
+       r.latest_checkpoint_id, r.latest_checkpoint_sha256, r.lease_owner, r.lease_expires_at,
+       r.budget_used, r.budget_limits
+  FROM {RUN} r JOIN {WORKFLOW} w ON w.id = r.workflow_id
+ WHERE r.id = %(run_id)s::uuid AND r.tenant_id = %(tenant_id)s::uuid
+"""
+
+_PG_COMMIT = f"""
+WITH moved AS (
+    UPDATE {RUN} SET
+        version = version + 1,
+        checkpoint_sequence = %(sequence)s::bigint,
+        latest_checkpoint_id = %(checkpoint_id)s::uuid,
+        latest_checkpoint_sha256 = %(sha256)s::text,
+        state = %(state)s::text,
+        step = %(step)s::text,
+        status = %(status)s::text,
+        status_reason = %(status_reason)s::text,
+        next_eligible_at = %(next_eligible_at)s::timestamptz,
+        budget_used = %(budget_used)s::jsonb,
+        lease_expires_at = CASE
+            WHEN %(lease_until)s::timestamptz IS NOT NULL AND lease_owner = %(lease_owner)s::text
+            THEN %(lease_until)s::timestamptz ELSE lease_expires_at END,
+        updated_at = %(now)s::timestamptz
+     WHERE id = %(run_id)s::uuid
+       AND tenant_id = %(tenant_id)s::uuid
+       AND version = %(expected_version)s::bigint
+       AND status = %(head_status)s::text
+       AND budget_used = %(head_used)s::jsonb
+       AND budget_limits = %(head_limits)s::jsonb
+       AND (lease_owner = '' OR lease_expires_at IS NULL
+            OR lease_expires_at <= %(now)s::timestamptz OR lease_owner = %(lease_owner)s::text)
+    RETURNING id, tenant_id
+), inserted AS (
+    INSERT INTO {CHECKPOINT} (id, tenant_id, run_id, sequence, parent_id, state, step,
+        schema_version, envelope_sealed, key_id, sha256, parent_sha256, actor, is_evidence,
+        created_at)
+    SELECT %(checkpoint_id)s::uuid, tenant_id, id, %(sequence)s::bigint, %(parent_id)s::uuid,
+        %(state)s::text, %(step)s::text, %(schema_version)s::integer,
+        %(envelope_sealed)s::text, %(key_id)s::text, %(sha256)s::text,
+        %(parent_sha256)s::text, %(actor)s::text, %(is_evidence)s::boolean,
+        %(now)s::timestamptz
+      FROM moved
+    RETURNING id
+), queued AS (
+    INSERT INTO {OUTBOX} (tenant_id, run_id, kind, payload, created_at, available_at,
+        claimed_until, sent_at, attempts)
+    SELECT tenant_id, id, %(outbox_kind)s::text, %(outbox_payload)s::jsonb,
+        %(now)s::timestamptz, %(outbox_available_at)s::timestamptz,
+        %(outbox_claimed_until)s::timestamptz, %(outbox_sent_at)s::timestamptz, 0
+      FROM moved
+    RETURNING id
+), consumed AS (
+    UPDATE {OUTBOX} SET sent_at = %(now)s::timestamptz
+     WHERE id = %(consumed_outbox_id)s::bigint AND sent_at IS NULL
+       AND EXISTS (SELECT 1 FROM moved)
+    RETURNING id
+)
+SELECT (SELECT id FROM queued), (SELECT count(*) FROM inserted), (SELECT count(*) FROM consumed)
+"""
+
+
+class _PreparedCursor(psycopg.Cursor):
+    """Server-side binding, and every statement prepared on first use (then reused)."""
+
+    def execute(self, query, params=None, *, prepare=None, binary=None):  # noqa: ANN001, ANN201
+        return super().execute(query, params, prepare=True, binary=binary)
+
+
+def _pg_execute(sql: str, params: dict[str, Any]) -> tuple | None:
+    """Run one statement on a prepared-statement cursor of Django's connection (its error
+    translation and execute wrappers apply) and return its one row. Logged like Django's
+    own queries when queries are logged (debug, CaptureQueriesContext): psycopg keeps no
+    query text for a prepared execution, so Django's debug cursor would log None."""
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = _NEVER_AUTO_PREPARE
+    started = time.monotonic()
+    with connection.wrap_database_errors:
+        cursor = connection.make_cursor(_PreparedCursor(raw))
+    with cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if connection.queries_logged:
+        connection.queries_log.append(
+            {"sql": " ".join(sql.split()), "time": f"{time.monotonic() - started:.3f}"}
+        )
+    return row
+
+
+def _pg_params(write: CommitWrite) -> dict[str, Any]:
+    head = write.head
+    return {
+        "run_id": head.id,
+        "tenant_id": head.tenant_id,
+        "expected_version": head.version,
+        "head_status": head.status,
+        "head_used": _json(head.budget_used),
+        "head_limits": _json(head.budget_limits),
+        "sequence": write.sequence,
+        "checkpoint_id": write.checkpoint_id,
+        "parent_id": write.parent_id,
+        "sha256": write.sha256,
+        "parent_sha256": write.parent_sha256,
+        "state": write.state,
+        "step": write.step,
+        "status": write.status,
+        "status_reason": write.status_reason,
+        "next_eligible_at": write.next_eligible_at,
+        "budget_used": _json(write.budget_used),
+        "lease_owner": write.lease_owner,
+        "lease_until": write.lease_until,
+        "schema_version": write.schema_version,
+        "envelope_sealed": write.envelope_sealed,
+        "key_id": write.key_id,
+        "actor": write.actor,
+        "is_evidence": write.is_evidence,
+        "outbox_kind": write.outbox_kind,
+        "outbox_payload": _json(write.outbox_payload),
+        "outbox_available_at": write.outbox_available_at,
+        "outbox_claimed_until": write.outbox_claimed_until,
+        "outbox_sent_at": write.outbox_sent_at,
+        "consumed_outbox_id": write.consumed_outbox_id,
+        "now": write.now,
+    }
+
+
+# --- SQLite -----------------------------------------------------------------------------------
+_SQLITE_HEAD = f"""
+SELECT r.id, r.tenant_id, r.workflow_id, r.workflow_type, r.workflow_version, w.definition,
+       r.execution, r.version, r.status, r.state, r.checkpoint_sequence,
+       r.latest_checkpoint_id, r.latest_checkpoint_sha256, r.lease_owner, r.lease_expires_at,
+       r.budget_used, r.budget_limits
+  FROM {RUN} r JOIN {WORKFLOW} w ON w.id = r.workflow_id
+ WHERE r.id = %s AND r.tenant_id = %s
+"""
+_SQLITE_MOVE = f"""
+UPDATE {RUN} SET version = version + 1, checkpoint_sequence = %s, latest_checkpoint_id = %s,
+    latest_checkpoint_sha256 = %s, state = %s, step = %s, status = %s, status_reason = %s,
+    next_eligible_at = %s, budget_used = %s,
+    lease_expires_at = CASE WHEN %s IS NOT NULL AND lease_owner = %s THEN %s
+                            ELSE lease_expires_at END,
+    updated_at = %s
+ WHERE id = %s AND tenant_id = %s AND version = %s AND status = %s
+   AND json(budget_used) = json(%s) AND json(budget_limits) = json(%s)
+   AND (lease_owner = '' OR lease_expires_at IS NULL OR lease_expires_at <= %s
+        OR lease_owner = %s)
+"""
+_SQLITE_INSERT = f"""
+INSERT INTO {CHECKPOINT} (id, tenant_id, run_id, sequence, parent_id, state, step,
+    schema_version, envelope_sealed, key_id, sha256, parent_sha256, actor, is_evidence,
+    created_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+"""
+_SQLITE_QUEUE = f"""
+INSERT INTO {OUTBOX} (tenant_id, run_id, kind, payload, created_at, available_at,
+    claimed_until, sent_at, attempts)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 0)
+"""
+_SQLITE_CONSUME = f"UPDATE {OUTBOX} SET sent_at = %s WHERE id = %s AND sent_at IS NULL"
+
+
+def _hex(value: UUID | None) -> str | None:
+    return None if value is None else UUID(str(value)).hex
+
+
+def _sqlite_time(value: datetime | None) -> str | None:
+    return None if value is None else connection.ops.adapt_datetimefield_value(value)
+
+
+def _sqlite_commit(write: CommitWrite) -> int | None:
+    head, t = write.head, _sqlite_time
+    run_id, tenant_id = _hex(head.id), _hex(head.tenant_id)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            _SQLITE_MOVE,
+            [
+                write.sequence,
+                _hex(write.checkpoint_id),
+                write.sha256,
+                write.state,
+                write.step,
+                write.status,
+                write.status_reason,
+                t(write.next_eligible_at),
+                _json(write.budget_used),
+                t(write.lease_until),
+                write.lease_owner,
+                t(write.lease_until),
+                t(write.now),
+                run_id,
+                tenant_id,
+                head.version,
+                head.status,
+                _json(head.budget_used),
+                _json(head.budget_limits),
+                t(write.now),
+                write.lease_owner,
+            ],
+        )
+        if cursor.rowcount != 1:
+            return None
+        cursor.execute(
+            _SQLITE_INSERT,
+            [
+                _hex(write.checkpoint_id),
+                tenant_id,
+                run_id,
+                write.sequence,
+                _hex(write.parent_id),
+                write.state,
+                write.step,
+                write.schema_version,
+                write.envelope_sealed,
+                write.key_id,
+                write.sha256,
+                write.parent_sha256,
+                write.actor,
+                write.is_evidence,
+                t(write.now),
+            ],
+        )
+        cursor.execute(
+            _SQLITE_QUEUE,
+            [
+                tenant_id,
+                run_id,
+                write.outbox_kind,
+                _json(write.outbox_payload),
+                t(write.now),
+                t(write.outbox_available_at),
+                t(write.outbox_claimed_until),
+                t(write.outbox_sent_at),
+            ],
+        )
+        outbox_id = cursor.lastrowid
+        if write.consumed_outbox_id is not None:
+            cursor.execute(_SQLITE_CONSUME, [t(write.now), write.consumed_outbox_id])
+    return outbox_id
+
+
+def _aware(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
+    parsed = parse_datetime(value)
+    return parsed if parsed is None or parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _uuid(value: Any) -> UUID | None:
+    return None if value is None else value if isinstance(value, UUID) else UUID(str(value))
+
+
+_PG_LEASE_CHECK = f"SELECT version, status, lease_owner FROM {RUN} WHERE id = %(run_id)s::uuid"
+_SQLITE_LEASE_CHECK = f"SELECT version, status, lease_owner FROM {RUN} WHERE id = %s"
+
+
+def run_lease_check(*, run_id: UUID) -> tuple[int, str, str] | None:
+    """The run's version, status and lease owner (one statement): what a worker's lean
+    step checks before it runs, to know the run is still its own."""
+    if connection.vendor == "postgresql":
+        return _pg_execute(_PG_LEASE_CHECK, {"run_id": _uuid(run_id)})
+    with connection.cursor() as cursor:
+        cursor.execute(_SQLITE_LEASE_CHECK, [_hex(_uuid(run_id))])
+        return cursor.fetchone()
+
+
+# --- the two operations -----------------------------------------------------------------------
+def head_read(*, tenant_id: object, run_id: UUID | str) -> RunHead | None:
+    """The run's head, or None when the tenant has no such run. One statement."""
+    try:
+        run_uuid = _uuid(run_id)
+    except ValueError:
+        return None
+    if connection.vendor == "postgresql":
+        row = _pg_execute(_PG_HEAD, {"run_id": run_uuid, "tenant_id": _uuid(tenant_id)})
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(_SQLITE_HEAD, [_hex(run_uuid), _hex(_uuid(tenant_id))])
+            row = cursor.fetchone()
+    if row is None:
+        return None
+    return RunHead(
+        id=_uuid(row[0]),
+        tenant_id=_uuid(row[1]),
+        workflow_id=row[2],
+        workflow_type=row[3],
+        workflow_version=row[4],
+        definition=_loads(row[5]),
+        execution=row[6],
+        version=row[7],
+        status=row[8],
+        state=row[9],
+        checkpoint_sequence=row[10],
+        latest_checkpoint_id=_uuid(row[11]),
+        latest_checkpoint_sha256=row[12],
+        lease_owner=row[13],
+        lease_expires_at=_aware(row[14]),
+        budget_used=_loads(row[15]) or {},
+        budget_limits=_loads(row[16]) or {},
+    )
+
+
+def commit_write(write: CommitWrite) -> int | None:
+    """Write the commit: the run's head moves, the checkpoint and the outbox message are
+    inserted, the consumed command is marked sent. Returns the outbox message's id, or None
+    when the run is no longer at ``write.head`` (then nothing was written).
+
+    One statement on PostgreSQL; one transaction of three or four statements on SQLite.
+    Inside a caller's transaction it joins that transaction.
+    """
+    if connection.vendor != "postgresql":
+        return _sqlite_commit(write)
+    outbox_id, inserted, _consumed = _pg_execute(_PG_COMMIT, _pg_params(write))
+    return outbox_id if inserted == 1 else None

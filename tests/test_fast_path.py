@@ -1,0 +1,425 @@
+"""The fast path, pinned by counting: a commit is one statement on PostgreSQL (one
+transaction of plain statements on SQLite), a worker step in the lean loop is one read and
+one commit, and a worker that continues a run publishes no command it executes itself.
+A commit or a step that gains a statement fails here."""
+
+from __future__ import annotations
+
+import uuid
+import zlib
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from checkpoints import crypto
+from checkpoints import envelope as env
+from checkpoints.errors import ConcurrentCheckpointWrite
+from checkpoints.models import Checkpoint, OutboxMessage, Run, RunStatus
+from checkpoints.runtime.lease import LeaseKeeper
+from checkpoints.runtime.registry import workflows_sync
+from checkpoints.services import outbox
+from checkpoints.services.checkpoints import (
+    checkpoint_commit,
+    checkpoint_envelope,
+    run_get,
+    run_verify,
+)
+from checkpoints.services.commit_sql import RunHead
+from checkpoints.services.leases import lease_acquire
+from checkpoints.services.runs import run_create
+from tenants.services import Actor
+from tests.runtime_support import advance
+from tests.runtime_workflows import NOOP_STEPS
+from tests.worker_fixtures import wait_for
+
+ACTOR = Actor.system("test")
+LAST = []
+GROUPS = {
+    "inputs": {},
+    "evidence": {"artifacts": [], "validators": [], "outputs": {"n": 1}},
+    "side_effects": [],
+    "budgets": {},
+    "control": {},
+}
+# Statements of one commit, BEGIN and COMMIT included where the commit opens them.
+COMMIT_STATEMENTS = {"postgresql": 1, "sqlite": 5}
+# A step in the lean loop: its read, and its commit (which also marks the command it
+# carried out itself as done: one more statement on SQLite, inside the same statement on
+# PostgreSQL).
+LEAN_STEP_STATEMENTS = {"postgresql": 2, "sqlite": 7}
+
+
+def _external_run(tenant):  # noqa: ANN001, ANN202
+    return run_create(tenant=tenant, workflow_type="research", execution="external", actor=ACTOR)
+
+
+def _commit(tenant, run_id, version, *, head=None, state="draft_answer"):  # noqa: ANN001, ANN202
+    return checkpoint_commit(
+        tenant=tenant,
+        run_id=run_id,
+        expected_version=version,
+        state=state,
+        step=state,
+        envelope=GROUPS,
+        actor=ACTOR,
+        head=head,
+    )
+
+
+def _writes(queries) -> list[str]:  # noqa: ANN001
+    return [q["sql"][:40] for q in queries.captured_queries]
+
+
+@pytest.fixture(autouse=True)
+def _latency_buffered(settings):  # noqa: ANN001
+    # Production buffers commit-latency samples (one INSERT every few seconds, not per
+    # commit); the test settings flush at once, which would count here.
+    settings.CAIRN_METRICS_FLUSH_SECONDS = 3600
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_commit_given_its_head_is_one_statement_and_without_it_two(acme, workflow):
+    run = _external_run(acme)
+    head = RunHead.of(Run.objects.select_related("workflow").get(pk=run.pk))
+    with CaptureQueriesContext(connection) as queries:
+        first = _commit(acme, run.pk, run.version, head=head)
+    assert len(queries) == COMMIT_STATEMENTS[connection.vendor], _writes(queries)
+    with CaptureQueriesContext(connection) as queries:
+        _commit(acme, run.pk, first.run_version, state="review")
+    # Without a head the commit reads it first: one statement more, never an ORM query.
+    assert len(queries) == COMMIT_STATEMENTS[connection.vendor] + 1, _writes(queries)
+    run.refresh_from_db()
+    assert run.checkpoint_sequence == 3 and run.version == first.run_version + 1
+    assert run_verify(tenant=acme, run_id=run.pk)["ok"]
+    assert OutboxMessage.objects.filter(run=run, kind="run.checkpointed").count() == 2
+
+
+@pytest.mark.postgres
+def test_on_postgresql_the_commit_is_one_round_trip_on_a_prepared_statement(
+    postgres_only, acme, workflow
+):
+    run = _external_run(acme)
+    result = _commit(acme, run.pk, run.version)
+    with CaptureQueriesContext(connection) as queries:
+        _commit(acme, run.pk, result.run_version, head=result.head, state="review")
+    # No BEGIN and no COMMIT: one statement outside a transaction is one round trip.
+    assert [q["sql"].lstrip().split()[0] for q in queries.captured_queries] == ["WITH"]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%%moved%%'"
+        )
+        assert cursor.fetchone()[0] == 1
+
+
+def test_a_stale_head_writes_nothing_and_is_decided_on_the_run_as_it_is(acme, workflow):
+    run = _external_run(acme)
+    stale = RunHead.of(Run.objects.select_related("workflow").get(pk=run.pk))
+    winner = _commit(acme, run.pk, run.version)
+    # The loser holds the head it read: it is refused as a fresh read would refuse it.
+    with pytest.raises(ConcurrentCheckpointWrite):
+        _commit(acme, run.pk, run.version, head=stale)
+    assert Checkpoint.objects.filter(run=run).count() == 2
+    # A head whose usage is stale (a lease's charge moved it, not the version): re-read,
+    # written, and the envelope carries the usage the run has.
+    Run.objects.filter(pk=run.pk).update(budget_used={"attempts_used": 3})
+    result = _commit(acme, run.pk, winner.run_version, head=winner.head, state="review")
+    assert (
+        checkpoint_envelope(Checkpoint.objects.get(pk=result.checkpoint_id))["budgets"][
+            "attempts_used"
+        ]
+        == 3
+    )
+    assert run_verify(tenant=acme, run_id=run.pk)["ok"]
+
+
+def test_envelopes_are_compressed_before_encryption_and_old_rows_still_read(acme, workflow):
+    run = _external_run(acme)
+    big = {**GROUPS, "evidence": {**GROUPS["evidence"], "outputs": {"text": "agent notes " * 4000}}}
+    result = checkpoint_commit(
+        tenant=acme,
+        run_id=run.pk,
+        expected_version=run.version,
+        state="draft_answer",
+        envelope=big,
+        actor=ACTOR,
+    )
+    checkpoint = Checkpoint.objects.get(pk=result.checkpoint_id)
+    assert crypto.is_compressed(checkpoint.envelope_sealed)
+    plain = env.canonical_json(checkpoint_envelope(checkpoint))
+    assert len(checkpoint.envelope_sealed) < len(plain) / 5
+    # A row sealed before compression (format v1) reads the same.
+    old = crypto.seal(
+        plain, tenant_id=acme.id, table="checkpoint", row_id=checkpoint.id, field="envelope"
+    )
+    assert old.startswith("v1.")
+    assert (
+        crypto.unseal(
+            old, tenant_id=acme.id, table="checkpoint", row_id=checkpoint.id, field="envelope"
+        )
+        == plain
+    )
+    # Tampering with a compressed row fails authentication, never decompresses junk.
+    body = checkpoint.envelope_sealed
+    flipped = body[:-3] + ("A" if body[-3] != "A" else "B") + body[-2:]
+    with pytest.raises(crypto.DecryptionError):
+        crypto.unseal(
+            flipped, tenant_id=acme.id, table="checkpoint", row_id=checkpoint.id, field="envelope"
+        )
+    assert zlib.decompress(zlib.compress(plain, crypto.ZLIB_LEVEL)) == plain
+
+
+@pytest.fixture
+def noop_six(db):  # noqa: ANN001
+    workflows_sync()  # tests.runtime_workflows (imported above) declares noop_six
+
+
+def _worker_run(tenant):  # noqa: ANN001, ANN202
+    return run_create(tenant=tenant, workflow_type="noop_six", execution="worker", actor=ACTOR)
+
+
+def test_a_lean_step_is_one_read_and_one_commit(acme, noop_six, settings):
+    settings.CAIRN_DISPATCH_ON_COMMIT = False
+    run = _worker_run(acme)
+    run.refresh_from_db()
+    statements = []
+    from checkpoints.runtime import executor
+
+    real = executor._Advance.next_step
+
+    def counted(self, restored):  # noqa: ANN001, ANN202
+        # From the end of one step's commit to the end of the next: the read and the commit.
+        with CaptureQueriesContext(connection) as queries:
+            outcome = real(self, restored)
+        statements.append(len(queries))
+        LAST[:] = _writes(queries)
+        return outcome
+
+    # Counting around each turn of the loop: the lean turns also do their read here.
+    real_still_ours = executor._Advance.still_ours
+
+    def still_ours(self):  # noqa: ANN001, ANN202
+        with CaptureQueriesContext(connection) as queries:
+            real_still_ours(self)
+        statements.append(len(queries))
+
+    executor._Advance.next_step = counted
+    executor._Advance.still_ours = still_ours
+    try:
+        assert advance(run) == "succeeded"
+    finally:
+        executor._Advance.next_step = real
+        executor._Advance.still_ours = real_still_ours
+    # statements: [first step, read 2, step 2, read 3, step 3, …, read 6, step 6]
+    reads, lean_steps = statements[1::2], statements[2::2]
+    assert reads == [1] * 5
+    # Steps 2-5 also mark the previous step's command done; step 6 ends the run (its
+    # command is recorded as sent: a resume of a finished run has no consumer).
+    per_step = [r + s for r, s in zip(reads, lean_steps, strict=True)]
+    expected = LEAN_STEP_STATEMENTS[connection.vendor]
+    assert per_step[:4] == [expected] * 4, (per_step, LAST)
+    assert per_step[4] == expected, per_step
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED and run.checkpoint_sequence == 7
+    assert run.budget_used["attempts_used"] == 6  # one attempt per step, prepaid or not
+    assert run_verify(tenant=acme, run_id=run.pk)["ok"]
+
+
+def test_a_worker_that_continues_publishes_none_of_its_own_commands(acme, noop_six, settings):
+    settings.CAIRN_DISPATCH_ON_COMMIT = True
+    run = _worker_run(acme)
+    outbox.outbox_dispatch()  # the run's first command, as the dispatcher would send it
+    assert advance(run) == "succeeded"
+    messages = list(OutboxMessage.objects.filter(run=run, kind="run.resume").order_by("id"))
+    # Every step's command was written with its checkpoint, and none was published: no
+    # dispatcher claim was ever made on them (attempts counts claims), all are done.
+    step_commands = messages[1:]
+    assert len(step_commands) == len(NOOP_STEPS)
+    assert all(m.sent_at is not None and m.attempts == 0 for m in step_commands)
+    assert outbox.outbox_dispatch() == 0
+
+
+def test_a_command_taken_by_a_worker_is_left_to_the_sweep_if_the_worker_dies(
+    acme, noop_six, settings
+):
+    settings.CAIRN_DISPATCH_ON_COMMIT = True
+    run = _worker_run(acme)
+    OutboxMessage.objects.filter(run=run).update(sent_at=timezone.now())
+    lease = lease_acquire(
+        tenant=acme, run_id=run.pk, owner="w", ttl_seconds=60, expected_version=run.version
+    )
+    head = RunHead.of(Run.objects.select_related("workflow").get(pk=run.pk))
+    result = checkpoint_commit(
+        tenant=acme,
+        run_id=run.pk,
+        expected_version=lease.run_version,
+        state="n2",
+        step="n1",
+        envelope={**GROUPS, "budgets": {"attempts_used": 1}},
+        actor=ACTOR,
+        lease_owner="w",
+        head=head,
+        continues=True,
+        charge_next_attempt=True,
+    )
+    taken = OutboxMessage.objects.get(pk=result.outbox_id)
+    assert taken.sent_at is None and taken.claimed_until > timezone.now() + timedelta(seconds=50)
+    run.refresh_from_db()
+    assert run.budget_used["attempts_used"] == 2  # the next step's attempt, charged ahead
+    assert run.lease_expires_at > timezone.now() + timedelta(seconds=50)  # renewed too
+    # The worker dies here. Until its claim lapses nobody publishes the command…
+    assert outbox.outbox_dispatch() == 0
+    # …then the sweep does, once, as for any claim of a dead dispatcher.
+    OutboxMessage.objects.filter(pk=taken.pk).update(
+        claimed_until=timezone.now() - timedelta(seconds=1)
+    )
+    assert outbox.outbox_dispatch() == 1
+    taken.refresh_from_db()
+    assert taken.sent_at is not None
+
+
+def test_release_marks_the_command_the_worker_carried_out_as_done(acme, noop_six):
+    run = _worker_run(acme)
+    run = run_get(tenant=acme, run_id=run.pk)
+    keeper = LeaseKeeper(run=run, owner="w", version=run.version, ttl_seconds=60)
+    message = OutboxMessage.objects.filter(run=run).first()
+    keeper.taken_outbox_id = message.pk
+    keeper.release()
+    message.refresh_from_db()
+    assert message.sent_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_six_step_run_on_a_real_worker_leaves_no_stale_task_queued(
+    acme, noop_six, worker_factory, broker, settings
+):
+    from cairn.celery import app
+
+    settings.CAIRN_DISPATCH_ON_COMMIT = True
+    worker_factory("w1")
+    for _ in range(2):
+        run = _worker_run(acme)
+        wait_for(
+            lambda run=run: Run.objects.filter(pk=run.pk, status=RunStatus.SUCCEEDED).exists(),
+            what="the six-step run to succeed",
+        )
+        assert OutboxMessage.objects.filter(run=run, sent_at__isnull=True).count() == 0
+        published = OutboxMessage.objects.filter(run=run, attempts__gt=0).count()
+        assert published == 1  # the run's first command; the worker did the rest itself
+        if broker.url.startswith("redis"):
+            with app.connection_for_write() as conn:
+                assert conn.default_channel.client.llen("celery") == 0
+
+
+FIELD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-3, max_value=3),
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+    st.text(max_size=3),
+    st.sampled_from(["", "a", "0" * 64, str(uuid.UUID(int=7)), "2026-01-01T00:00:00+00:00"]),
+    st.lists(st.none(), max_size=1),
+    st.dictionaries(st.sampled_from(["id", "sha256", "name", "passed"]), st.none(), max_size=2),
+)
+
+
+def _valid_envelope() -> dict:
+    return {
+        "schema_version": 2,
+        "identity": {
+            "run_id": str(uuid.UUID(int=1)),
+            "workflow_type": "w",
+            "workflow_version": "1",
+            "checkpoint_id": str(uuid.UUID(int=2)),
+            "parent_checkpoint_id": None,
+            "sequence": 1,
+            "parent_sha256": "",
+        },
+        "position": {"state": "s", "step": "", "transition_version": 1, "pending_action": None},
+        "inputs": {},
+        "evidence": {"artifacts": [], "validators": []},
+        "side_effects": [],
+        "budgets": {"attempts_used": 0, "max_cost": None, "deadline": None},
+        "control": {},
+        "compatibility": {
+            "envelope_schema_version": 2,
+            "workflow_code_version": "",
+            "serializer_version": env.SERIALIZER_VERSION,
+        },
+    }
+
+
+PATHS = [
+    ("identity", "sequence"),
+    ("identity", "parent_sha256"),
+    ("identity", "parent_checkpoint_id"),
+    ("identity", "run_id"),
+    ("position", "step"),
+    ("position", "pending_action"),
+    ("budgets", "attempts_used"),
+    ("budgets", "max_cost"),
+    ("budgets", "max_attempts"),
+    ("budgets", "deadline"),
+    ("control", "approval_request_id"),
+    ("evidence", "artifacts"),
+    ("evidence", "validators"),
+    ("side_effects",),
+    ("inputs",),
+    ("schema_version",),
+]
+
+
+@hsettings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edits=st.lists(st.tuples(st.sampled_from(PATHS), FIELD_VALUES), max_size=3))
+def test_the_compiled_schema_gives_the_verdict_jsonschema_gives(edits):
+    envelope = _valid_envelope()
+    for path, value in edits:
+        target = envelope
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+    try:
+        env._compiled(envelope)
+        fast = True
+    except Exception:  # noqa: BLE001 - any refusal is a refusal
+        fast = False
+    assert fast == env._validator.is_valid(envelope)
+
+
+def test_the_rescue_supersedes_a_dead_workers_taken_command_with_one_of_its_own(
+    acme, noop_six, settings
+):
+    from checkpoints.runtime.rescue import runs_rescue
+
+    run = _worker_run(acme)
+    OutboxMessage.objects.filter(run=run).update(sent_at=timezone.now())
+    lease = lease_acquire(
+        tenant=acme, run_id=run.pk, owner="w", ttl_seconds=60, expected_version=run.version
+    )
+    result = checkpoint_commit(
+        tenant=acme,
+        run_id=run.pk,
+        expected_version=lease.run_version,
+        state="n2",
+        step="n1",
+        envelope={**GROUPS, "budgets": {"attempts_used": 1}},
+        actor=ACTOR,
+        lease_owner="w",
+        continues=True,
+    )
+    # While the worker's lease lives, its taken command keeps the rescue away.
+    assert runs_rescue() == 0
+    # The worker dies: its lease and its claim lapse together.
+    past = timezone.now() - timedelta(seconds=1)
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=past)
+    OutboxMessage.objects.filter(pk=result.outbox_id).update(claimed_until=past)
+    assert runs_rescue() == 1
+    unsent = OutboxMessage.objects.filter(run=run, kind="run.resume", sent_at__isnull=True)
+    assert unsent.count() == 1
+    assert unsent.get().pk != result.outbox_id  # the rescue's own, at the run's version
+    assert unsent.get().payload["expected_version"] == result.run_version
