@@ -44,12 +44,12 @@ class RunNextView(CairnAPIView):
     )
     def get(self, request: Request, run_id: str) -> Response:
         raw = request.query_params.get("wait", "0")
-        if not raw.isdigit():
+        if not raw.isdigit() or len(raw) > 3:
             raise InvalidRequest(
                 f"wait is a whole number of seconds from 0 to {MAX_WAIT_SECONDS}.",
                 fields={"wait": f"0-{MAX_WAIT_SECONDS}"},
             )
-        answer = run_wait_next(tenant=self.tenant, run_id=run_id, wait_seconds=int(raw[:3]))
+        answer = run_wait_next(tenant=self.tenant, run_id=run_id, wait_seconds=int(raw))
         return Response(answer.as_dict())
 
 
