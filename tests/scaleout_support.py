@@ -11,7 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -95,8 +95,13 @@ def process(args: list[str], *, env: dict[str, str], log: Path) -> Iterator[subp
         print(f"--- {args[2:4]} log (tail) ---\n{log.read_text(errors='replace')[-3000:]}")
 
 
-def gunicorn(port: int, *, workers: int = 2, threads: int = 10) -> list[str]:
-    return [
+def gunicorn(
+    port: int, *, workers: int = 2, threads: int | None = 10, extra: Sequence[str] = ()
+) -> list[str]:
+    """The command line of a gunicorn serving cairn.wsgi on 127.0.0.1:``port``: gthread
+    workers with ``threads`` threads each, or gunicorn's sync workers when ``threads`` is
+    None; ``extra`` is appended."""
+    args = [
         sys.executable,
         "-m",
         "gunicorn",
@@ -105,13 +110,10 @@ def gunicorn(port: int, *, workers: int = 2, threads: int = 10) -> list[str]:
         f"127.0.0.1:{port}",
         "--workers",
         str(workers),
-        "--threads",
-        str(threads),
-        "--worker-class",
-        "gthread",
-        "--timeout",
-        "120",
     ]
+    if threads is not None:
+        args += ["--threads", str(threads), "--worker-class", "gthread"]
+    return [*args, "--timeout", "120", *extra]
 
 
 def json_request(
