@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -99,6 +100,17 @@ def time_each(operation: Callable[[int], object], count: int, warmup: int) -> li
         operation(i)
         samples.append((time.perf_counter() - start) * 1000)
     return samples
+
+
+def timed_threads(threads: Sequence[threading.Thread]) -> float:
+    """Start ``threads``, wait for all of them; the seconds from the first start to the last
+    join (creating them stays outside the time)."""
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - start
 
 
 def write_json(path: Path, data: object) -> None:

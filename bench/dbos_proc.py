@@ -53,18 +53,14 @@ def _serve(conn, dsn: str, executor_id: str) -> None:  # noqa: ANN001
 def _threads(dbos, writers: int, per_writer: int, size: int) -> tuple[float, list[float]]:  # noqa: ANN001
     import threading
 
+    from bench.common import timed_threads
     from bench.peers import Dbos
 
     Dbos.timings = []
     threads = [
         threading.Thread(target=dbos.workflow, args=(per_writer, size)) for _ in range(writers)
     ]
-    start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - start
+    elapsed = timed_threads(threads)
     return per_writer * writers / elapsed, list(Dbos.timings)
 
 

@@ -11,7 +11,7 @@ import threading
 import time
 
 from bench import cairn_side
-from bench.common import QUICK, ROOT, Measurement, payload
+from bench.common import QUICK, ROOT, Measurement, payload, timed_threads
 
 PORT = int(os.environ.get("BENCH_HTTP_PORT", "8791"))
 CLIENTS = 8
@@ -110,12 +110,7 @@ def http_case(tenant) -> list[Measurement]:  # noqa: ANN001
                 connection.close()
 
         threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
-        start = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        elapsed = time.perf_counter() - start
+        elapsed = timed_threads(threads)
         flat = [x for row in latencies for x in row]
         results.append(
             Measurement(

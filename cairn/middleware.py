@@ -56,7 +56,7 @@ class ContentSecurityPolicyMiddleware:
 
 class ApiErrorsMiddleware:
     """An exception no view answered becomes the API's error shape on API addresses and
-    ``/metrics``, in every mode: with ``DEBUG`` on (the development default) Django would
+    ``/metrics``, in every mode: with ``DEBUG`` on (``DJANGO_DEBUG=1``) Django would
     answer with its debug page, settings included. A database that cannot be reached is a
     503 ``database_unavailable`` (nothing was changed; try again), anything else the
     API's 500 ``server_error``. The traceback goes to the log, never to the client. Django's

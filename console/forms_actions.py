@@ -3,18 +3,17 @@ asks for a reason; the services check everything again, these only shape the inp
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
 
-from checkpoints.envelope import json_problem
 from checkpoints.models import Checkpoint, Run
 from checkpoints.services.actions import MAX_REASON
 from checkpoints.services.budgets import BUDGET_LIMIT_MAX
 from checkpoints.services.forks import forkable_sequences
 from checkpoints.services.retry import retry_choices
+from console.form_fields import json_object_from_text
 
 # The fork form offers this many of the newest checkpoints (the API accepts any).
 FORK_CHOICES_LIMIT = 100
@@ -99,18 +98,7 @@ class ForkForm(ActionForm):
         text = self.cleaned_data["inputs_patch"].strip()
         if not text:
             return None
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"This is not JSON: {exc.msg} (line {exc.lineno}).")
-        except RecursionError:
-            raise forms.ValidationError("This cannot be stored: it is nested too deeply.")
-        if not isinstance(value, dict):
-            raise forms.ValidationError('The patch must be a JSON object, like {"lang": "de"}.')
-        problem = json_problem(value, where="the patch")
-        if problem:
-            raise forms.ValidationError(f"This cannot be stored: {problem}.")
-        return value
+        return json_object_from_text(text, name="patch")
 
 
 class GrantBudgetForm(ActionForm):

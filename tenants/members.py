@@ -166,13 +166,7 @@ def invitation_accept(
             run_grant_create(
                 tenant=invitation.tenant, run_id=invitation.run_id, user=user, actor=actor
             )
-        audit_record(
-            tenant=invitation.tenant,
-            actor=actor,
-            action="member.joined",
-            target=user.get_username(),
-            details={"role": invitation.role or None, "run_id": _run_id(invitation)},
-        )
+        _audit_answer(invitation, user=user, actor=actor, action="member.joined")
 
 
 def invitation_accept_new(
@@ -212,13 +206,20 @@ def invitation_decline(
     with transaction.atomic():
         if not _answer(invitation, accepted=False):
             raise InvalidRequest("This invitation was answered already.")
-        audit_record(
-            tenant=invitation.tenant,
-            actor=actor,
-            action="member.declined",
-            target=user.get_username(),
-            details={"role": invitation.role or None, "run_id": _run_id(invitation)},
-        )
+        _audit_answer(invitation, user=user, actor=actor, action="member.declined")
+
+
+def _audit_answer(
+    invitation: MemberInvitation, *, user: AbstractBaseUser, actor: Actor, action: str
+) -> None:
+    """The audit event of an answer: who answered, and what the invitation offered."""
+    audit_record(
+        tenant=invitation.tenant,
+        actor=actor,
+        action=action,
+        target=user.get_username(),
+        details={"role": invitation.role or None, "run_id": _run_id(invitation)},
+    )
 
 
 def _run_id(invitation: MemberInvitation) -> str | None:

@@ -11,7 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,10 +26,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def manage(*args: str, env: dict[str, str], timeout: float = 300) -> str:
-    """``manage.py <args>`` in a subprocess on ``env``; fails the test with its output."""
+def _run(args: list[str], *, env: dict[str, str], timeout: float, what: str) -> str:
+    """``python <args>`` in a subprocess on ``env``; its stdout, or the test fails with its
+    output under ``what``."""
     done = subprocess.run(
-        [sys.executable, "manage.py", *args],
+        [sys.executable, *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -37,24 +38,19 @@ def manage(*args: str, env: dict[str, str], timeout: float = 300) -> str:
         timeout=timeout,
     )
     if done.returncode != 0:
-        pytest.fail(f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+        pytest.fail(f"{what} failed:\n{done.stdout}\n{done.stderr}")
     return done.stdout
+
+
+def manage(*args: str, env: dict[str, str], timeout: float = 300) -> str:
+    """``manage.py <args>`` in a subprocess on ``env``; fails the test with its output."""
+    return _run(["manage.py", *args], env=env, timeout=timeout, what=f"manage.py {' '.join(args)}")
 
 
 def python(code: str, *, env: dict[str, str], timeout: float = 120) -> str:
     """Run ``code`` after django.setup() in a subprocess; its stdout."""
     prelude = "import django; django.setup()\n"
-    done = subprocess.run(
-        [sys.executable, "-c", prelude + code],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if done.returncode != 0:
-        pytest.fail(f"subprocess failed:\n{done.stdout}\n{done.stderr}")
-    return done.stdout
+    return _run(["-c", prelude + code], env=env, timeout=timeout, what="subprocess")
 
 
 def wait_http(url: str, *, timeout: float = 60.0) -> None:
@@ -95,8 +91,13 @@ def process(args: list[str], *, env: dict[str, str], log: Path) -> Iterator[subp
         print(f"--- {args[2:4]} log (tail) ---\n{log.read_text(errors='replace')[-3000:]}")
 
 
-def gunicorn(port: int, *, workers: int = 2, threads: int = 10) -> list[str]:
-    return [
+def gunicorn(
+    port: int, *, workers: int = 2, threads: int | None = 10, extra: Sequence[str] = ()
+) -> list[str]:
+    """The command line of a gunicorn serving cairn.wsgi on 127.0.0.1:``port``: gthread
+    workers with ``threads`` threads each, or gunicorn's sync workers when ``threads`` is
+    None; ``extra`` is appended."""
+    args = [
         sys.executable,
         "-m",
         "gunicorn",
@@ -105,13 +106,10 @@ def gunicorn(port: int, *, workers: int = 2, threads: int = 10) -> list[str]:
         f"127.0.0.1:{port}",
         "--workers",
         str(workers),
-        "--threads",
-        str(threads),
-        "--worker-class",
-        "gthread",
-        "--timeout",
-        "120",
     ]
+    if threads is not None:
+        args += ["--threads", str(threads), "--worker-class", "gthread"]
+    return [*args, "--timeout", "120", *extra]
 
 
 def json_request(

@@ -90,10 +90,22 @@ def test_the_health_page_lists_the_alerts_and_the_menu_counts_them(alice, sick):
     assert re.search(r'id="alert-count"[^>]*>3<', runs_page)
 
 
-def test_only_admins_see_alerts(bob, alice, acme, workflow):
+def test_operators_on_call_see_the_alerts_and_reviewers_do_not(bob, carol, sick):
     client = Client()
     client.force_login(bob)
-    assert 'id="alert-count"' not in client.get(reverse("console:runs")).content.decode()
+    html = client.get(reverse("console:health")).content.decode()
+    listed = re.search(r'<ul id="alert-list">.*?</ul>', html, re.S).group(0)
+    assert listed.count("<li") == 3
+    assert re.search(
+        r'id="alert-count"[^>]*>3<', client.get(reverse("console:runs")).content.decode()
+    )
+    client.force_login(carol)
+    inbox = client.get(reverse("approvals:inbox")).content.decode()
+    assert 'id="alert-count"' not in inbox and "alert-list" not in inbox
+
+
+def test_a_healthy_tenant_shows_no_alert_count(alice, acme, workflow):
+    client = Client()
     client.force_login(alice)
     html = client.get(reverse("console:health")).content.decode()
     assert 'id="no-alerts"' in html and 'id="alert-count"' not in html

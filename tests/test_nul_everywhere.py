@@ -52,6 +52,15 @@ def footprint(acme) -> tuple:  # noqa: ANN001
     )
 
 
+def assert_all_refused(problems: list[str | None], *, more_than: int, acme, before: tuple) -> None:  # noqa: ANN001
+    """More than ``more_than`` requests were sent (``problems`` has one entry a request), each
+    was refused as ``nul_refused`` wants, and none of them wrote anything."""
+    assert len(problems) > more_than, len(problems)
+    wrong = [p for p in problems if p]
+    assert not wrong, wrong
+    assert footprint(acme) == before
+
+
 def clients(alice, acme):  # noqa: ANN001
     return api_client(alice, acme), web_client(alice)
 
@@ -75,7 +84,7 @@ def path_variants(route, values: dict) -> list[str]:  # noqa: ANN001
 def test_a_nul_in_any_path_segment_of_any_route_is_a_400(acme_rows, acme, alice):  # noqa: ANN001, F811
     api, web = clients(alice, acme)
     before = footprint(acme)
-    problems, sent = [], 0
+    problems = []
     for route in walk():
         for url in path_variants(route, acme_rows.values):
             for method in served_methods(route.callback):
@@ -86,12 +95,8 @@ def test_a_nul_in_any_path_segment_of_any_route_is_a_400(acme_rows, acme, alice)
                     if method in ("PUT", "PATCH")
                     else call(url)
                 )
-                sent += 1
                 problems.append(nul_refused(response, f"{method} {url}"))
-    problems = [p for p in problems if p]
-    assert sent > 100, sent
-    assert not problems, problems
-    assert footprint(acme) == before
+    assert_all_refused(problems, more_than=100, acme=acme, before=before)
 
 
 def _resolve(schema: dict, node: dict) -> dict:
@@ -123,7 +128,7 @@ def test_a_nul_in_any_field_of_any_json_body_is_a_400(acme_rows, acme, alice):  
     api, _ = clients(alice, acme)
     schema = api.get("/api/v1/schema", {"format": "json"}).json()
     before = footprint(acme)
-    problems, sent = [], 0
+    problems = []
     for template, method, body_schema in json_operations(schema):
         url = re.sub(
             r"\{(\w+)\}", lambda m: quote(str(acme_rows.values[m.group(1)]), safe=""), template
@@ -135,12 +140,8 @@ def test_a_nul_in_any_field_of_any_json_body_is_a_400(acme_rows, acme, alice):  
             response = getattr(api, method.lower())(
                 url, json.dumps(body), content_type="application/json"
             )
-            sent += 1
             problems.append(nul_refused(response, f"{method} {url} {body!r}"))
-    problems = [p for p in problems if p]
-    assert sent > 40, sent
-    assert not problems, problems
-    assert footprint(acme) == before
+    assert_all_refused(problems, more_than=40, acme=acme, before=before)
 
 
 class Forms(HTMLParser):
@@ -202,7 +203,7 @@ def console_pages(values: dict) -> list[str]:
 def test_a_nul_in_any_field_of_any_console_form_is_a_400(acme_rows, acme, alice):  # noqa: ANN001, F811
     _, web = clients(alice, acme)
     before = footprint(acme)
-    problems, forms_seen, sent = [], set(), 0
+    problems, forms_seen = [], set()
     for page in console_pages(acme_rows.values):
         response = web.get(page)
         if response.status_code != 200 or "html" not in response.get("Content-Type", ""):
@@ -218,14 +219,10 @@ def test_a_nul_in_any_field_of_any_console_form_is_a_400(acme_rows, acme, alice)
             for name in fields:
                 data = {**fields, name: NUL}
                 response = getattr(web, form["method"])(action, data)
-                sent += 1
                 problems.append(nul_refused(response, f"{form['method']} {action} {name}"))
-    problems = [p for p in problems if p]
     # The members, retention, audit, runs, run action and outcome forms at least.
     assert len(forms_seen) >= 10, forms_seen
-    assert sent > 30, sent
-    assert not problems, problems
-    assert footprint(acme) == before
+    assert_all_refused(problems, more_than=30, acme=acme, before=before)
 
 
 def test_a_nul_in_a_console_post_body_is_a_400_on_every_console_route(acme_rows, acme, alice):  # noqa: ANN001, F811
@@ -240,9 +237,7 @@ def test_a_nul_in_a_console_post_body_is_a_400_on_every_console_route(acme_rows,
         url = reverse(route.name, kwargs={p: acme_rows.values[p] for p in route.params})
         for data in ({"reason": NUL}, {"k\x00": "v"}):
             problems.append(nul_refused(web.post(url, data), f"POST {url} {data!r}"))
-    problems = [p for p in problems if p]
-    assert not problems, problems
-    assert footprint(acme) == before
+    assert_all_refused(problems, more_than=0, acme=acme, before=before)
 
 
 def test_text_without_nul_still_reaches_the_views(acme_rows, acme, alice):  # noqa: ANN001, F811

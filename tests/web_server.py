@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
+from tests.scaleout_support import gunicorn
 from tests.worker_fixtures import REPO, database_env
 
 
@@ -84,19 +84,8 @@ def web_server(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
         full_env = {name: value for name, value in full_env.items() if value != ""}
         log = open(log_path, "w")  # noqa: SIM115 - closed when the server is reaped
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "cairn.wsgi:application",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                "1",
-                "--timeout",
-                "120",
-                "--no-control-socket",  # one per user otherwise: parallel servers would share it
-            ],
+            # --no-control-socket: there is one per user otherwise, shared by parallel servers.
+            gunicorn(port, workers=1, threads=None, extra=["--no-control-socket"]),
             cwd=REPO,
             env=full_env,
             stdout=log,

@@ -195,10 +195,17 @@ def worker_factory(
                 "worker",
                 "--pool",
                 "solo",
+                # The prefetch window is concurrency × multiplier; left alone, concurrency is
+                # the CPU count, so a busy solo worker would hold a second command it cannot
+                # run (RabbitMQ pushes it; Redis leaves it queued) while another worker idles.
+                "--concurrency",
+                "1",
                 "--loglevel",
                 "INFO",
                 "--hostname",
-                f"{name}-{len(started)}@%h",
+                # The test process's pid too: suites sharing one RabbitMQ must not share a
+                # node name (its pidbox queue is exclusive to one connection).
+                f"{name}-{len(started)}-{os.getpid()}@%h",
                 "--without-gossip",
                 "--without-mingle",
                 "--without-heartbeat",

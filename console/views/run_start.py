@@ -4,7 +4,6 @@ Thin: the form shapes the input, ``run_create`` checks everything and writes the
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
@@ -13,12 +12,12 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from checkpoints.envelope import json_problem
 from checkpoints.errors import CairnError
 from checkpoints.services.budgets import BUDGET_LIMIT_MAX
 from checkpoints.services.runs import budget_with_defaults, run_create
 from checkpoints.services.workflows import workflows_visible
 from console.access import console_view
+from console.form_fields import json_object_from_text
 from tenants import roles
 from tenants.models import Tenant
 
@@ -57,18 +56,7 @@ class RunStartForm(forms.Form):
 
     def clean_inputs(self) -> dict[str, Any]:
         text = (self.cleaned_data["inputs"] or "").strip() or "{}"
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"This is not JSON: {exc.msg} (line {exc.lineno}).")
-        except RecursionError:
-            raise forms.ValidationError("This cannot be stored: it is nested too deeply.")
-        if not isinstance(value, dict):
-            raise forms.ValidationError('The inputs must be a JSON object, like {"lang": "de"}.')
-        problem = json_problem(value, where="the inputs")
-        if problem:
-            raise forms.ValidationError(f"This cannot be stored: {problem}.")
-        return value
+        return json_object_from_text(text, name="inputs")
 
 
 @console_view(roles.OPERATE)

@@ -12,19 +12,21 @@ from tenants.selectors import request_permissions, request_tenant
 register = template.Library()
 
 
-def _admin_tenant(context: template.Context):  # noqa: ANN202
+def _on_call_tenant(context: template.Context):  # noqa: ANN202
+    """The tenant whose alerts this user answers for: operators and admins are on call."""
     request = context.get("request")
     if request is None or not request.user.is_authenticated:
         return None
     tenant = request_tenant(request)
-    if tenant is None or roles.ADMIN not in request_permissions(request):
+    permissions = request_permissions(request)
+    if tenant is None or not (roles.OPERATE in permissions or roles.ADMIN in permissions):
         return None
     return tenant
 
 
 def _alerts(context: template.Context) -> TenantAlerts | None:
     """Computed once per request: the menu badge and the health page's list share it."""
-    tenant = _admin_tenant(context)
+    tenant = _on_call_tenant(context)
     if tenant is None:
         return None
     request = context["request"]
@@ -41,7 +43,7 @@ def tenant_alerts(context: template.Context) -> dict[str, object]:
 
 @register.simple_tag(takes_context=True)
 def alert_badge(context: template.Context) -> str:
-    """A count badge for the menu (admins only; nothing when there is no alert)."""
+    """A count badge for the menu (operators and admins; nothing when there is no alert)."""
     alerts = _alerts(context)
     count = alerts.count if alerts is not None else 0
     if not count:
