@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 # Without DATABASE_URL the suite runs on SQLite and leaves out the PostgreSQL-only tests.
 PYTEST_MARKERS := $(if $(DATABASE_URL),,-m "not postgres")
 
-.PHONY: install run test rehearsal lint format bench browser-deps clean
+.PHONY: install run test rehearsal lint format bench browser-deps php-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,12 +22,18 @@ browser-deps:
 		echo "Installing Debian's chromium for the browser tests…"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
+# The example PHP runner (examples/php/) and its test use Debian's php-cli with php-curl.
+php-deps:
+	@{ command -v php >/dev/null 2>&1 && php -m | grep -qx curl; } || { \
+		echo "Installing Debian's php-cli and php-curl for the PHP runner test…"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq php-cli php-curl; }
+
 run: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
 	$(PY) manage.py cairn_up
 
-test: install browser-deps
+test: install browser-deps php-deps
 	$(PY) -m pytest $(PYTEST_MARKERS) $(PYTEST_ARGS)
 
 # The multi-machine rehearsal alone (web, scheduler and two workers with separate homes on

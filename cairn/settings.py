@@ -310,6 +310,7 @@ CELERY_BEAT_SCHEDULE = {
     "outbox-sweep": {"task": "checkpoints.outbox_sweep", "schedule": 5.0},
     "runs-rescue": {"task": "checkpoints.runs_rescue", "schedule": 15.0},
     "runs-cancel-sweep": {"task": "checkpoints.runs_cancel_sweep", "schedule": 30.0},
+    "webhooks-deliver": {"task": "checkpoints.webhooks_deliver", "schedule": 5.0},
     "retention-apply": {
         "task": "retention.apply",
         "schedule": float(CAIRN_RETENTION_INTERVAL_SECONDS),

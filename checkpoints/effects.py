@@ -33,12 +33,19 @@ import hashlib
 import logging
 import os
 import signal
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from checkpoints.errors import IdempotencyKeyReused, RunNotActive
 from checkpoints.models import ExternalOperation, OperationStatus
-from checkpoints.providers.base import EffectRequest, Outcome, Provider, ProviderResult
+from checkpoints.providers.base import (
+    EffectRequest,
+    Outcome,
+    Provider,
+    ProviderResult,
+    supports_jobs,
+)
 from checkpoints.providers.registry import PUBLISHING, provider_get
 from checkpoints.runtime.context import StepContext
 from checkpoints.runtime.errors import LeaseLost, PermanentStepError, RetryableStepError
@@ -61,6 +68,8 @@ log = logging.getLogger("cairn.effects")
 
 # The places a worker can die in the protocol; the crash tests stop a worker at each.
 BOUNDARIES = ("reserved", "pending", "accepted", "stored", "checkpointed")
+# The places of a long-running tool: the job id recorded, the job observed (polling).
+JOB_BOUNDARIES = ("submitted", "polling")
 
 
 @dataclass(frozen=True)
@@ -331,3 +340,132 @@ def effect_perform(
         actor=effect.actor,
     )
     return effect.run(operation)
+
+
+class _Job(_Effect):
+    """One call of ``effect_job``: submit once, record the job id, observe until it ends."""
+
+    def __init__(
+        self,
+        ctx: StepContext,
+        provider: Provider,
+        request: EffectRequest,
+        *,
+        poll_seconds: float,
+        max_wait_seconds: float,
+    ) -> None:
+        super().__init__(ctx, provider, request)
+        self.poll_seconds = poll_seconds
+        self.max_wait_seconds = max_wait_seconds
+
+    def run(self, operation: ExternalOperation) -> EffectDone:
+        if operation.status == OperationStatus.CONFIRMED:
+            return self.done(operation, replayed=True)
+        if operation.status == OperationStatus.UNKNOWN:
+            raise RetryableStepError(
+                f"the outcome of job operation {operation.idempotency_key} is unknown; it is "
+                "reconciled before the step runs again",
+                delay_seconds=0,
+            )
+        if operation.provider_job_id:
+            return self.observe(operation)  # submitted before: never again
+        if operation.status == OperationStatus.RESERVED:
+            self.commit(operation, mark_pending=True)  # the pending checkpoint
+            _test_crash_point("pending")
+        # Pending without a job id: the submission may have reached the provider before the
+        # worker died; the same key is the same job there.
+        return self.submit(operation)
+
+    def submit(self, operation: ExternalOperation) -> EffectDone:
+        operation = operation_attempt(operation_id=operation.id, note="job submitted")
+        answer = self.provider.submit(key=operation.idempotency_key, request=self.request)
+        if answer.outcome == Outcome.RUNNING and answer.job_id:
+            self.ctx.job_record(idempotency_key=operation.idempotency_key, job_id=answer.job_id)
+            _test_crash_point("submitted")
+            operation.refresh_from_db()
+            return self.observe(operation)
+        if answer.outcome == Outcome.CONFIRMED:
+            if answer.job_id:
+                self.ctx.job_record(idempotency_key=operation.idempotency_key, job_id=answer.job_id)
+            return self.confirm(operation, answer)
+        if answer.outcome == Outcome.FAILED:
+            raise self.failed(operation, answer.reason)
+        if answer.outcome == Outcome.UNAVAILABLE:
+            raise self.later(operation, answer.reason)
+        raise self.unknown(operation, answer.reason or "the submission got no answer")
+
+    def observe(self, operation: ExternalOperation) -> EffectDone:
+        """Poll the recorded job until it ends (renewing the lease); a job still running
+        after ``max_wait_seconds`` hands the step back to wait and observe again later."""
+        job_id = operation.provider_job_id
+        started = time.monotonic()
+        while True:
+            answer = self.provider.job_status(job_id=job_id)
+            _test_crash_point("polling")
+            if answer.outcome == Outcome.CONFIRMED:
+                return self.confirm(operation, answer)
+            if answer.outcome == Outcome.FAILED:
+                raise self.failed(operation, answer.reason)
+            if answer.outcome in (Outcome.NOT_FOUND, Outcome.UNKNOWN):
+                raise self.unknown(operation, f"job {job_id}: {answer.reason}")
+            if answer.outcome == Outcome.UNAVAILABLE:
+                raise self.later(operation, f"job {job_id}: {answer.reason}")
+            self.ctx.heartbeat()
+            if time.monotonic() - started >= self.max_wait_seconds:
+                raise RetryableStepError(
+                    f"job {job_id} of operation {operation.idempotency_key} is still running",
+                    delay_seconds=self.poll_seconds,
+                )
+            time.sleep(self.poll_seconds)
+
+
+def effect_job(
+    ctx: StepContext,
+    *,
+    target: str,
+    request: dict[str, Any],
+    provider: str = PUBLISHING,
+    action: str | None = None,
+    name: str = "",
+    client_reference: str = "",
+    poll_seconds: float = 1.0,
+    max_wait_seconds: float = 300.0,
+) -> EffectDone:
+    """Run a long-running tool exactly once: reserve the key, commit the pending checkpoint,
+    ``submit`` the job, record its id (``ctx.job_record``) *before* the first poll, then poll
+    ``job_status`` until it succeeds (confirmed, with the result) or fails.
+
+    A worker that dies at any point after the job id is recorded is followed by one that
+    observes the same job: the restore's reconciliation asks ``job_status`` and this
+    function, run again, polls the recorded job; neither submits again. The adapter must
+    implement ``submit`` and ``job_status`` (``checkpoints.providers.base.JobProvider``).
+    Raises what ``effect_perform`` raises; a job still running after ``max_wait_seconds``
+    raises RetryableStepError (the run waits ``poll_seconds`` and observes it again).
+    """
+    if action is None:
+        code = workflow_code(ctx.workflow_type, ctx.workflow_version)
+        spec = code.steps.get(ctx.state) if code else None
+        action = spec.effect_action if spec and spec.effect_action else ctx.step
+    adapter = provider_get(provider)
+    if not supports_jobs(adapter):
+        raise PermanentStepError(f"the provider adapter '{provider}' has no job API")
+    job = _Job(
+        ctx,
+        adapter,
+        EffectRequest(
+            action=action, target=target, payload=request, client_reference=client_reference
+        ),
+        poll_seconds=poll_seconds,
+        max_wait_seconds=max_wait_seconds,
+    )
+    operation = _reserve(
+        ctx,
+        action=action,
+        target=target,
+        request=request,
+        provider=provider,
+        name=name,
+        client_reference=client_reference,
+        actor=job.actor,
+    )
+    return job.run(operation)

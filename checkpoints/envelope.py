@@ -80,11 +80,27 @@ SCHEMA: dict[str, Any] = {
             "properties": {
                 "state": _name,
                 "step": {"type": "string", "maxLength": 100},
-                "transition_version": {"type": "integer", "minimum": 1},
+                # The workflow definition's version (a name); 1 in envelopes written
+                # before it was recorded.
+                "transition_version": {
+                    "type": ["integer", "string"],
+                    "minimum": 1,
+                    "minLength": 1,
+                    "maxLength": 50,
+                },
                 "pending_action": _nullable_str,
             },
         },
-        "inputs": {"type": "object"},
+        "inputs": {
+            "type": "object",
+            # Reproducibility: which prompt, policy and model produced the run's work
+            # (names and versions, never secrets).
+            "properties": {
+                "prompt_version": {"type": "string", "maxLength": 100},
+                "policy_version": {"type": "string", "maxLength": 100},
+                "model": {"type": "string", "maxLength": 200},
+            },
+        },
         "evidence": {
             "type": "object",
             "additionalProperties": False,

@@ -108,6 +108,12 @@ class ApprovalHashMismatch(ArtifactHashMismatch):
     code, status = "artifact_hash_mismatch", 409
 
 
+class ApprovalRequired(CairnError):
+    """A commit leaves an approval state without a granted approval for the run's version."""
+
+    code, status = "approval_required", 409
+
+
 class ApprovalStale(CairnError):
     code, status = "approval_stale", 409
 

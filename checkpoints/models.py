@@ -264,6 +264,9 @@ class ExternalOperation(models.Model):
         max_length=16, choices=OperationStatus.choices, default=OperationStatus.RESERVED
     )
     provider_operation_id = models.CharField(max_length=200, blank=True)
+    # A long-running tool: the provider's job id, recorded before anyone polls it, so a
+    # restore observes the same job instead of submitting a second one.
+    provider_job_id = models.CharField(max_length=200, blank=True)
     result_sealed = models.TextField(blank=True)
     reason = models.TextField(blank=True)
     attempts = models.PositiveIntegerField(default=0)
@@ -300,6 +303,52 @@ class OutboxMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.id}"
+
+
+class RunnerWebhook(models.Model):
+    """Where a tenant's runners are told that something happened to an externally driven
+    run (a checkpoint, a decision, an operator's resume, a retry coming due). Optional.
+
+    Deliveries are read from the outbox (``delivered_through`` is the last outbox message
+    id turned into a delivery) and signed with HMAC-SHA256 under the secret ``secret_ref``
+    names (a reference such as ``env:ACME_WEBHOOK_SECRET``: the secret is never stored)."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, primary_key=True)
+    url = models.URLField(max_length=500)
+    secret_ref = models.CharField(max_length=200)
+    delivered_through = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"webhook of {self.tenant_id} → {self.url}"
+
+
+class WebhookDelivery(models.Model):
+    """One outbox event to one tenant's webhook, retried with backoff until a 2xx."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    message = models.ForeignKey(OutboxMessage, on_delete=models.CASCADE, related_name="+")
+    next_attempt_at = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "message"], name="webhook_one_delivery")
+        ]
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=Q(delivered_at__isnull=True),
+                name="webhook_due_idx",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"delivery of #{self.message_id} ({self.attempts} attempts)"
 
 
 class WorkerHeartbeat(models.Model):

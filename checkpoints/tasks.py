@@ -47,3 +47,13 @@ def runs_cancel_sweep() -> int | None:
     return periodic_job_run(
         name="checkpoints.runs_cancel_sweep", job=_runs_cancel_sweep, holder=worker_identity()
     )
+
+
+@shared_task(name="checkpoints.webhooks_deliver", ignore_result=True)
+def webhooks_deliver() -> int | None:
+    """Send due runner webhook deliveries (signed; failures retried with backoff)."""
+    from checkpoints.services.webhooks import webhooks_deliver as _webhooks_deliver
+
+    return periodic_job_run(
+        name="checkpoints.webhooks_deliver", job=_webhooks_deliver, holder=worker_identity()
+    )

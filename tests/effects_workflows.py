@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from checkpoints.effects import effect_perform
+from checkpoints.effects import effect_job, effect_perform
 from checkpoints.runtime import StepContext, Workflow
 
 effects_demo = Workflow("effects_demo", version="1")
@@ -61,3 +61,30 @@ def announce(ctx: StepContext) -> dict[str, Any]:
 
 
 effects_demo.terminal("done")
+
+
+# ``jobs_demo``: prepare → publish (a long-running tool: submit a job, record its id, poll
+# it) → done. The job runs on the local publishing service for as long as it says.
+jobs_demo = Workflow("jobs_demo", version="1")
+
+
+@jobs_demo.step("prepare", next="publish")
+def jobs_prepare(ctx: StepContext) -> dict[str, Any]:
+    _count(ctx, "prepare")
+    ref = ctx.store_artifact("draft", f"# {ctx.inputs['title']}\n\nA long job.\n")
+    return {"draft_sha256": ref["sha256"]}
+
+
+@jobs_demo.effect("publish", next="done", action="publish")
+def jobs_publish(ctx: StepContext) -> dict[str, Any]:
+    _count(ctx, "publish")
+    done = effect_job(
+        ctx,
+        target=target_of(ctx.run_id),
+        request={"title": ctx.inputs["title"], "body": ctx.artifact_text("draft")},
+        poll_seconds=0.3,
+    )
+    return {"provider_operation_id": done.provider_operation_id, "replayed": done.replayed}
+
+
+jobs_demo.terminal("done")

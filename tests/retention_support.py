@@ -105,10 +105,12 @@ def build(
             step=f"step{sequence}",
             envelope={"evidence": {"artifacts": artifacts, "validators": []}},
             actor=actor,
-            status=status if last and status in COMMITTED else None,
+            # A succeeded run ends at a terminal state (issue 15); this history stays at
+            # one state, so its ending is set on the row below, as for a cancelled one.
+            status=status if last and status in COMMITTED - {RunStatus.SUCCEEDED} else None,
             is_evidence=sequence in evidence,
         )
-    if status not in COMMITTED:
+    if status not in COMMITTED - {RunStatus.SUCCEEDED}:
         Run.objects.filter(pk=run.pk).update(status=status)
     Run.objects.filter(pk=run.pk).update(updated_at=timezone.now() - timedelta(days=ended_days_ago))
     run.refresh_from_db()

@@ -72,7 +72,10 @@ def test_resume_refuses_a_stale_version_and_changes_nothing(wrun, bob):
 @pytest.mark.parametrize("status", ["succeeded", "cancelled"])
 def test_resume_refuses_a_finished_run(wrun, bob, status):  # noqa: ANN001
     if status == "succeeded":
-        run = advance(wrun, bob, "draft_answer", status="succeeded")
+        run = wrun
+        for state in ("draft_answer", "review", "publish", "done"):
+            run = advance(run, bob, state)
+        assert run.status == "succeeded"
     else:
         run = run_cancel(tenant=wrun.tenant, run_id=wrun.id, reason="stop", actor=as_bob(bob))
     with pytest.raises(RunNotActive):

@@ -114,9 +114,9 @@ def test_budget_usage_never_decreases(run, bob):
 def test_a_terminal_run_accepts_no_more_checkpoints(run, bob):
     commit(run, bob)
     commit(run, bob, expected_version=2, state="review")
-    commit(run, bob, expected_version=3, state="rejected")
+    commit(run, bob, expected_version=3, state="rejected", status="failed")
     run.refresh_from_db()
-    assert run.status == "succeeded"
+    assert run.status == "failed"
     with pytest.raises(RunNotActive):
         commit(run, bob, expected_version=4, state="rejected")
 

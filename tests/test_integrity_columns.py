@@ -107,7 +107,13 @@ def test_an_unaltered_run_verifies_and_commits(api):  # noqa: ANN001
     assert api.get(f"/api/v1/runs/{run['id']}/checkpoints").status_code == 200
     response = api.post(
         f"/api/v1/runs/{run['id']}/checkpoints",
-        {"expected_version": 3, "state": "rejected", "step": "review", "envelope": {}},
+        {
+            "expected_version": 3,
+            "state": "rejected",
+            "step": "review",
+            "envelope": {},
+            "status": "failed",  # leaving an approval state unapproved only ends the run
+        },
         format="json",
     )
     assert response.status_code == 201, response.content

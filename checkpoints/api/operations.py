@@ -20,6 +20,7 @@ from checkpoints.services.operations import (
     operation_fail,
     operation_get,
     operation_mark_unknown,
+    operation_record_job,
     operation_reserve,
     operations_for_run,
 )
@@ -50,6 +51,10 @@ class OperationUnknownSerializer(StrictSerializer):
     reason = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
 
 
+class OperationJobSerializer(StrictSerializer):
+    job_id = serializers.CharField(max_length=200, trim_whitespace=False)
+
+
 class OperationSerializer(serializers.ModelSerializer):
     class Meta:
         model = ExternalOperation
@@ -63,6 +68,7 @@ class OperationSerializer(serializers.ModelSerializer):
             "provider",
             "client_reference",
             "provider_operation_id",
+            "provider_job_id",
             "reason",
             "attempts",
             "created_at",
@@ -142,4 +148,20 @@ class OperationUnknownView(CairnAPIView):
         data = self.parsed(OperationUnknownSerializer, data=request.data or {})
         operation = operation_get(tenant=self.tenant, run_id=run_id, idempotency_key=key)
         operation = operation_mark_unknown(operation_id=operation.id, actor=self.actor, **data)
+        return Response(OperationSerializer(operation).data)
+
+
+class OperationJobView(CairnAPIView):
+    @extend_schema(
+        request=OperationJobSerializer,
+        responses={200: OperationSerializer, **_errors(400, 404, 409, 422)},
+        summary="Record the provider's job id of a long-running operation, before polling it",
+    )
+    def put(self, request: Request, run_id: str, key: str) -> Response:
+        # Existence first: another tenant's operation is a 404 whatever the body says.
+        operation = operation_get(tenant=self.tenant, run_id=run_id, idempotency_key=key)
+        data = self.parsed(OperationJobSerializer)
+        operation = operation_record_job(
+            operation_id=operation.id, job_id=data["job_id"], actor=self.actor
+        )
         return Response(OperationSerializer(operation).data)

@@ -144,6 +144,10 @@ class CheckpointCommitSerializer(StrictSerializer):
         max_length=2000, required=False, default="", allow_blank=True
     )
     lease_owner = serializers.CharField(max_length=200, required=False)
+    # Which runner code wrote the checkpoint (recorded in the envelope's compatibility).
+    code_version = serializers.CharField(
+        max_length=50, required=False, default="", allow_blank=True
+    )
 
 
 class CommitResultSerializer(serializers.Serializer):

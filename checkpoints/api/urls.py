@@ -2,6 +2,7 @@ from django.urls import path
 
 from checkpoints.api import actions, views
 from checkpoints.api import operations as operations_api
+from checkpoints.api import runner as runner_api
 from checkpoints.api.schema import SchemaView
 
 urlpatterns = [
@@ -24,6 +25,8 @@ urlpatterns = [
         views.CheckpointDetailView.as_view(),
         name="checkpoint",
     ),
+    path("runs/<uuid:run_id>/next", runner_api.RunNextView.as_view(), name="run-next"),
+    path("webhook", runner_api.WebhookView.as_view(), name="webhook"),
     path("runs/<uuid:run_id>/verify", views.RunVerifyView.as_view(), name="run-verify"),
     path("runs/<uuid:run_id>/lease", views.LeaseView.as_view(), name="run-lease"),
     path(
@@ -50,6 +53,11 @@ urlpatterns = [
         "runs/<uuid:run_id>/operations/<str:key>/unknown",
         operations_api.OperationUnknownView.as_view(),
         name="run-operation-unknown",
+    ),
+    path(
+        "runs/<uuid:run_id>/operations/<str:key>/job",
+        operations_api.OperationJobView.as_view(),
+        name="run-operation-job",
     ),
     path("runs/<uuid:run_id>/actions/resume", actions.ResumeView.as_view(), name="run-resume"),
     path("runs/<uuid:run_id>/actions/cancel", actions.CancelView.as_view(), name="run-cancel"),

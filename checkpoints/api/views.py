@@ -173,6 +173,14 @@ class CheckpointListView(CairnAPIView):
         request=s.CheckpointCommitSerializer,
         responses={201: s.CommitResultSerializer, **_errors(400, 404, 409, 413, 422)},
         summary="Commit the next checkpoint",
+        description="Checked against the run's workflow definition for every writer; a "
+        "refusal writes nothing. 409: concurrent_checkpoint_write, run_not_active, "
+        "lease_held, integrity_failure, budget_exhausted (usage over a limit), "
+        "approval_required (leaving an approval state without a granted approval), "
+        "approval_stale, approval_expired, approval_closed, artifact_hash_mismatch. "
+        "422: illegal_transition (an undeclared move; succeeded outside a terminal state; a "
+        "terminal state that does not end the run), invalid_envelope, secret_in_envelope, "
+        "artifact_hash_mismatch.",
     )
     def post(self, request: Request, run_id: str) -> Response:
         data = self.parsed(s.CheckpointCommitSerializer)
@@ -188,6 +196,7 @@ class CheckpointListView(CairnAPIView):
             status=data.get("status"),
             status_reason=data["status_reason"],
             lease_owner=data.get("lease_owner"),
+            code_version=data["code_version"],
             actor=self.actor,
         )
         return Response(s.CommitResultSerializer(result).data, status=201)

@@ -20,6 +20,8 @@ class Outcome(StrEnum):
     # It may or may not have happened: a timeout, a dropped response, a server error, or a
     # provider that cannot look operations up.
     UNKNOWN = "unknown"
+    # Long-running tools only: the provider accepted the job and is still working on it.
+    RUNNING = "running"
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class ProviderResult:
     provider_operation_id: str = ""
     result: dict[str, Any] = field(default_factory=dict)
     reason: str = ""
+    job_id: str = ""  # long-running tools: the provider's job id (submit, job_status)
 
     @classmethod
     def confirmed(cls, provider_operation_id: str, result: dict[str, Any]) -> ProviderResult:
@@ -55,3 +58,21 @@ class Provider(Protocol):
     def perform(self, *, key: str, request: EffectRequest) -> ProviderResult: ...
 
     def lookup(self, *, key: str, client_reference: str = "") -> ProviderResult: ...
+
+
+class JobProvider(Provider, Protocol):
+    """An adapter for a long-running tool: ``submit`` starts a job under the idempotency key
+    and answers RUNNING with its ``job_id`` (or FAILED / UNAVAILABLE / UNKNOWN, as perform
+    does); ``job_status`` only reads: RUNNING, CONFIRMED (done: id and result), FAILED,
+    NOT_FOUND, UNAVAILABLE or UNKNOWN. The job id is recorded before the first poll, so a
+    restore observes the same job and never submits again."""
+
+    def submit(self, *, key: str, request: EffectRequest) -> ProviderResult: ...
+
+    def job_status(self, *, job_id: str) -> ProviderResult: ...
+
+
+def supports_jobs(provider: object) -> bool:
+    return callable(getattr(provider, "submit", None)) and callable(
+        getattr(provider, "job_status", None)
+    )

@@ -49,6 +49,9 @@ class HttpProvider:
     lookup_path: str | None = "/publications/by-key/{key}"
     lookup_reference_path: str | None = "/publications?client_reference={reference}"
     timeout_seconds: float = 5.0
+    # Long-running tools: submit a job, then poll it by its id (None: no job API).
+    job_submit_path: str | None = "/jobs"
+    job_status_path: str | None = "/jobs/{job_id}"
     # A secret reference (env:NAME or file:NAME), resolved at each call, never stored.
     auth_ref: str = ""
     auth_scheme: str = "Bearer"
@@ -150,6 +153,80 @@ class HttpProvider:
             Outcome.UNKNOWN,
             reason=f"{self.name} cannot tell ({answer.status}: {_say(answer)})",
         )
+
+    def submit(self, *, key: str, request: EffectRequest) -> ProviderResult:
+        """Start a job under ``key`` (the provider answers the same job for the same key)."""
+        if self.job_submit_path is None:
+            return ProviderResult(Outcome.FAILED, reason=f"{self.name} has no job API")
+        body = {
+            "action": request.action,
+            "target": request.target,
+            "client_reference": request.client_reference,
+            "payload": request.payload,
+        }
+        try:
+            answer = self._call(
+                "POST", self.job_submit_path, body=body, headers={"Idempotency-Key": key}
+            )
+        except (SecretUnavailable, _NotSent) as exc:
+            return ProviderResult(Outcome.UNAVAILABLE, reason=f"not sent: {exc}")
+        except _MaybeSent as exc:
+            return ProviderResult(Outcome.UNKNOWN, reason=f"no answer after sending: {exc}")
+        if answer.status in (200, 201, 202) and answer.body.get("job_id"):
+            return _job_result(answer)
+        if answer.status in (408, 429) or answer.status >= 500:
+            return ProviderResult(
+                Outcome.UNKNOWN, reason=f"the provider answered {answer.status}: {_say(answer)}"
+            )
+        return ProviderResult(
+            Outcome.FAILED, reason=f"the provider refused it ({answer.status}): {_say(answer)}"
+        )
+
+    def job_status(self, *, job_id: str) -> ProviderResult:
+        if self.job_status_path is None:
+            return ProviderResult(Outcome.UNKNOWN, reason=f"{self.name} cannot observe jobs")
+        path = self.job_status_path.format(job_id=urllib.parse.quote(job_id, safe=""))
+        try:
+            answer = self._call("GET", path)
+        except (SecretUnavailable, _NotSent, _MaybeSent) as exc:
+            return ProviderResult(
+                Outcome.UNAVAILABLE, reason=f"could not ask: {exc}", job_id=job_id
+            )
+        if answer.status == 200 and answer.body.get("job_id"):
+            return _job_result(answer)
+        if answer.status == 404:
+            return ProviderResult(
+                Outcome.NOT_FOUND, reason=f"{self.name} has no job {job_id}", job_id=job_id
+            )
+        if answer.status >= 500 and answer.status != 501:
+            return ProviderResult(
+                Outcome.UNAVAILABLE,
+                reason=f"could not ask: {answer.status} {_say(answer)}",
+                job_id=job_id,
+            )
+        return ProviderResult(
+            Outcome.UNKNOWN,
+            reason=f"{self.name} cannot tell ({answer.status}: {_say(answer)})",
+            job_id=job_id,
+        )
+
+
+def _job_result(answer: Response) -> ProviderResult:
+    """A job's state as the provider reports it: running, succeeded (with the result's
+    ``id``) or failed."""
+    body = answer.body
+    job_id = str(body["job_id"])
+    status = body.get("status")
+    result = body.get("result") if isinstance(body.get("result"), dict) else {}
+    if status == "succeeded" and result.get("id"):
+        return ProviderResult(
+            Outcome.CONFIRMED, provider_operation_id=str(result["id"]), result=result, job_id=job_id
+        )
+    if status == "failed":
+        return ProviderResult(
+            Outcome.FAILED, reason=f"the job failed: {_say(answer)}", job_id=job_id
+        )
+    return ProviderResult(Outcome.RUNNING, reason=f"job {job_id} is {status}", job_id=job_id)
 
 
 def _json(raw: bytes) -> dict[str, Any]:

@@ -16,6 +16,11 @@ requests with ``POST /control/faults {"perform": ["drop", ...], "lookup": "noloo
 set for the life of the process with ``--fault`` / ``--lookup-fault``. "Unreachable" is
 the client's side: point it at a port nobody listens on.
 
+Long-running jobs: ``POST /jobs`` (header ``Idempotency-Key``; the same key is the same job)
+answers 202 with a ``job_id``; ``GET /jobs/{job_id}`` answers ``running`` until the job's
+time is up (``--job-seconds``, or the ``X-Job-Seconds`` header of the submission), then
+``succeeded`` with the publication it made (exactly one per key) as its ``result``.
+
 Endpoints: ``POST /publications`` (header ``Idempotency-Key``), ``GET
 /publications/by-key/{key}``, ``GET /publications?client_reference=…``, ``GET /stats``
 (publications per key and per target, requests seen), ``POST /control/faults``,
@@ -50,8 +55,19 @@ MAX_BODY = 1024 * 1024
 class Store:
     """Publications by idempotency key, counters and queued faults, persisted as JSON."""
 
-    def __init__(self, path: Path | None, *, fault: str = "", lookup_fault: str = ""):
+    def __init__(
+        self,
+        path: Path | None,
+        *,
+        fault: str = "",
+        lookup_fault: str = "",
+        job_seconds: float = 2.0,
+    ):
         self.path = path
+        self.job_seconds = job_seconds
+        self.jobs: dict[str, dict[str, Any]] = {}  # by job id
+        self.job_submissions: Counter[str] = Counter()  # submit requests per key
+        self.job_polls: Counter[str] = Counter()  # status requests per job id
         self.lock = threading.Lock()
         self.publications: dict[str, dict[str, Any]] = {}
         self.perform_requests: Counter[str] = Counter()
@@ -63,6 +79,9 @@ class Store:
             self.publications = saved.get("publications", {})
             self.perform_requests = Counter(saved.get("perform_requests", {}))
             self.created = Counter(saved.get("created", {}))
+            self.jobs = saved.get("jobs", {})
+            self.job_submissions = Counter(saved.get("job_submissions", {}))
+            self.job_polls = Counter(saved.get("job_polls", {}))
 
     def _save(self) -> None:
         if self.path is None:
@@ -71,6 +90,9 @@ class Store:
             "publications": self.publications,
             "perform_requests": self.perform_requests,
             "created": self.created,
+            "jobs": self.jobs,
+            "job_submissions": self.job_submissions,
+            "job_polls": self.job_polls,
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".pub-", suffix=".json")
@@ -116,6 +138,60 @@ class Store:
             self._save()
             return 201, publication
 
+    def submit_job(
+        self, key: str, body: dict[str, Any], seconds: float | None
+    ) -> tuple[int, dict[str, Any]]:
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        with self.lock:
+            self.job_submissions[key] += 1
+            existing = next((j for j in self.jobs.values() if j["idempotency_key"] == key), None)
+            if existing is not None:
+                self._save()
+                if existing["request_sha256"] != digest:
+                    return 409, {
+                        "error": "idempotency_key_reused",
+                        "detail": f"key {key} was used for a different job",
+                    }
+                return 200, self._job_view(existing)
+            job = {
+                "job_id": f"job_{uuid.uuid4().hex[:16]}",
+                "idempotency_key": key,
+                "status": "running",
+                "request_sha256": digest,
+                "body": body,
+                "started": time.time(),
+                "seconds": self.job_seconds if seconds is None else seconds,
+                "result": None,
+            }
+            self.jobs[job["job_id"]] = job
+            self._save()
+            return 202, self._job_view(job)
+
+    def _job_view(self, job: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "job_id": job["job_id"],
+            "idempotency_key": job["idempotency_key"],
+            "status": job["status"],
+            "result": job["result"],
+        }
+
+    def job_status(self, job_id: str) -> dict[str, Any] | None:
+        with self.lock:
+            job = self.jobs.get(job_id)
+            if job is None:
+                return None
+            self.job_polls[job_id] += 1
+            finished = time.time() >= job["started"] + job["seconds"]
+            ready = job["status"] == "running" and finished
+        if ready:
+            # The job's effect: one publication under the job's key, whoever polls first.
+            _status, publication = self.publish(job["idempotency_key"], job["body"])
+            with self.lock:
+                job["status"], job["result"] = "succeeded", publication
+        with self.lock:
+            self._save()
+            return self._job_view(job)
+
     def by_reference(self, reference: str) -> dict[str, Any] | None:
         with self.lock:
             return next(
@@ -132,6 +208,9 @@ class Store:
                 "by_target": dict(by_target),
                 "ids": {key: p["id"] for key, p in self.publications.items()},
                 "perform_requests": dict(self.perform_requests),
+                "jobs": len(self.jobs),
+                "job_submissions": dict(self.job_submissions),
+                "job_polls": dict(self.job_polls),
             }
 
     def set_faults(self, spec: dict[str, Any]) -> None:
@@ -153,6 +232,9 @@ class Store:
             self.publications.clear()
             self.perform_requests.clear()
             self.created.clear()
+            self.jobs.clear()
+            self.job_submissions.clear()
+            self.job_polls.clear()
             self.queued = []
             self._save()
 
@@ -220,10 +302,13 @@ class Handler(BaseHTTPRequestHandler):
             self.server.store.reset()
             self._send(200, {"ok": True})
             return
-        if path != "/publications":
+        if path not in ("/publications", "/jobs"):
             self._send(404, {"error": "no_such_endpoint"})
             return
         if not self._authorized():
+            return
+        if path == "/jobs":
+            self._submit_job()
             return
         key = self.headers.get("Idempotency-Key", "")
         body = self._body()
@@ -251,8 +336,35 @@ class Handler(BaseHTTPRequestHandler):
         except OSError:
             pass  # the client gave up waiting: that is the point of this fault
 
+    def _submit_job(self) -> None:
+        key = self.headers.get("Idempotency-Key", "")
+        body = self._body()
+        if body is None:
+            return
+        if not key:
+            self._send(400, {"error": "missing_key", "detail": "send an Idempotency-Key header"})
+            return
+        try:
+            seconds = (
+                float(self.headers["X-Job-Seconds"]) if "X-Job-Seconds" in self.headers else None
+            )
+        except ValueError:
+            self._send(400, {"error": "bad_seconds", "detail": "X-Job-Seconds is a number"})
+            return
+        status, answer = self.server.store.submit_job(key, body, seconds)
+        self._send(status, answer)
+
     def do_GET(self) -> None:  # noqa: N802
         parts = urlsplit(self.path)
+        if parts.path.startswith("/jobs/"):
+            if not self._authorized():
+                return
+            job = self.server.store.job_status(unquote(parts.path.removeprefix("/jobs/")))
+            if job is None:
+                self._send(404, {"found": False, "detail": "no job with that id"})
+            else:
+                self._send(200, job)
+            return
         if parts.path == "/stats":
             self._send(200, self.server.store.stats())
             return
@@ -310,6 +422,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lookup-fault", choices=LOOKUP_FAULTS, default="")
     parser.add_argument("--timeout-sleep", type=float, default=30.0)
     parser.add_argument(
+        "--job-seconds", type=float, default=2.0, help="how long a submitted job runs"
+    )
+    parser.add_argument(
         "--token-env", default="", help="require 'Bearer $NAME' from this environment variable"
     )
     parser.add_argument("--verbose", action="store_true")
@@ -317,7 +432,12 @@ def main(argv: list[str] | None = None) -> None:
     token = os.environ.get(args.token_env, "") if args.token_env else ""
     if args.token_env and not token:
         parser.error(f"the environment variable {args.token_env} is not set")
-    store = Store(args.state_file, fault=args.fault, lookup_fault=args.lookup_fault)
+    store = Store(
+        args.state_file,
+        fault=args.fault,
+        lookup_fault=args.lookup_fault,
+        job_seconds=args.job_seconds,
+    )
     server = PublishingServer(
         (args.host, args.port),
         store,

@@ -192,6 +192,18 @@ class StepContext:
         """Renew the lease now (it is also renewed in the background). Raises LeaseLost."""
         self._keeper.renew()
 
+    def job_record(self, *, idempotency_key: str, job_id: str) -> None:
+        """Record the provider's job id of this run's long-running operation before polling
+        it, so a worker that dies while polling is followed by one that observes the same
+        job (``effect_job`` does this). Raises OperationStateConflict (another job id is
+        recorded, or the outcome is final) or NotFound."""
+        from checkpoints.services.operations import operation_get, operation_record_job
+
+        operation = operation_get(
+            tenant=self.tenant, run_id=self.run_id, idempotency_key=idempotency_key
+        )
+        operation_record_job(operation_id=operation.id, job_id=job_id, actor=self._actor)
+
     def _charge(self, **deltas: float) -> None:
         self.used = self._keeper.charge(**deltas)
 

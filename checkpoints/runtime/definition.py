@@ -48,6 +48,8 @@ class StepSpec:
     fn: StepFunction
     next: tuple[str, ...]
     effect_action: str | None = None  # set for effect states (side effects)
+    # Secret references (env:NAME, file:NAME) the step needs; every restore resolves them.
+    secrets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,12 +82,26 @@ class Workflow:
         *,
         version: str,
         code_version: str | None = None,
+        compatible_code_versions: Iterable[str] | None = None,
+        prompt_version: str | None = None,
+        policy_version: str | None = None,
         register: bool = True,
     ) -> None:
         self.workflow_type = workflow_type
         self.version = version
         # Recorded in every envelope; bump it when step code changes behaviour.
         self.code_version = code_version or version
+        # Recorded in every envelope's inputs (with the model): prompts and policy live in
+        # the code unless the workflow names their versions.
+        self.prompt_version = prompt_version or self.code_version
+        self.policy_version = policy_version or self.code_version
+        # The code versions whose checkpoints this code may continue (None: any). A restore
+        # of a checkpoint written by another code version pauses the run for review.
+        self.compatible_code_versions: frozenset[str] | None = (
+            None
+            if compatible_code_versions is None
+            else frozenset(compatible_code_versions) | {self.code_version}
+        )
         self.steps: dict[str, StepSpec] = {}
         self.approvals: dict[str, ApprovalSpec] = {}
         self.terminals: list[str] = []
@@ -112,14 +128,27 @@ class Workflow:
         next: str | Iterable[str],  # noqa: A002
         name: str | None = None,
         effect_action: str | None = None,
+        secrets: Iterable[str] = (),
     ) -> StepSpec:
         """Declare ``state`` as running ``fn``; ``next`` lists the states it may move to."""
         targets = _as_tuple(next)
         if not targets:
             raise WorkflowDeclarationError(f"{self}: step '{state}' needs at least one next state.")
         self._claim(state)
+        refs = tuple(secrets)
+        bad = [ref for ref in refs if not isinstance(ref, str) or ":" not in ref]
+        if bad:
+            raise WorkflowDeclarationError(
+                f"{self}: step '{state}' declares secrets that are not references "
+                "(env:NAME or file:NAME)."
+            )
         spec = StepSpec(
-            state=state, name=name or state, fn=fn, next=targets, effect_action=effect_action
+            state=state,
+            name=name or state,
+            fn=fn,
+            next=targets,
+            effect_action=effect_action,
+            secrets=refs,
         )
         self.steps[state] = spec
         return spec
@@ -130,9 +159,10 @@ class Workflow:
         *,
         next: str | Iterable[str],
         name: str | None = None,  # noqa: A002
+        secrets: Iterable[str] = (),
     ) -> Callable[[StepFunction], StepFunction]:
         def decorate(fn: StepFunction) -> StepFunction:
-            self.add_step(state, fn, next=next, name=name)
+            self.add_step(state, fn, next=next, name=name, secrets=secrets)
             return fn
 
         return decorate
@@ -144,11 +174,12 @@ class Workflow:
         next: str | Iterable[str],  # noqa: A002
         action: str,
         name: str | None = None,
+        secrets: Iterable[str] = (),
     ) -> Callable[[StepFunction], StepFunction]:
         """A step that performs an external side effect (an effect state)."""
 
         def decorate(fn: StepFunction) -> StepFunction:
-            self.add_step(state, fn, next=next, name=name, effect_action=action)
+            self.add_step(state, fn, next=next, name=name, effect_action=action, secrets=secrets)
             return fn
 
         return decorate
@@ -174,6 +205,11 @@ class Workflow:
         for state in states:
             self._claim(state)
             self.terminals.append(state)
+
+    @property
+    def secret_references(self) -> list[tuple[str, str]]:
+        """(step name, reference) for every secret reference a step declares."""
+        return [(spec.name, ref) for spec in self.steps.values() for ref in spec.secrets]
 
     @property
     def states(self) -> list[str]:

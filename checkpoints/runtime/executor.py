@@ -33,9 +33,11 @@ from uuid import UUID
 from django.conf import settings
 from django.utils import timezone
 
+from checkpoints.crypto import MissingKeyError
 from checkpoints.envelope import json_problem
 from checkpoints.errors import (
     ArtifactHashMismatch,
+    BudgetExhausted,
     CairnError,
     ConcurrentCheckpointWrite,
     IllegalTransition,
@@ -57,7 +59,14 @@ from .errors import LeaseLost, PermanentStepError, RetryableStepError
 from .lease import LeaseKeeper, used_merge
 from .models import ModelClient, ModelError, model_client_default
 from .registry import workflow_code
-from .restore import Halt, Restored, policy_check, restore_latest
+from .restore import (
+    Halt,
+    Restored,
+    credentials_check,
+    missing_key_reason,
+    policy_check,
+    restore_latest,
+)
 from .status import run_handover, run_pause_for_review
 
 log = logging.getLogger("cairn.runtime")
@@ -185,7 +194,8 @@ class _Advance:
             self.lean = None
             if restored is not None:
                 self.still_ours()  # the step's one read
-                halt = policy_check(self.run, restored)  # step 6 of the restore, as there
+                # Step 6 of the restore, as there: credentials still resolve, budgets.
+                halt = credentials_check(self.code, restored) or policy_check(self.run, restored)
                 if halt:
                     return self.halt(halt)
             else:
@@ -200,10 +210,14 @@ class _Advance:
                 if run.version != self.keeper.version or run.status not in WORKABLE:
                     raise LeaseLost("the run changed while this worker held its lease")
                 self.keeper.head = RunHead.of(run)
-                restored = restore_latest(run)
+                restored = restore_latest(run, self.code)
                 if isinstance(restored, Halt):
                     return self.halt(restored)
-            outcome = self.next_step(restored)
+            try:
+                outcome = self.next_step(restored)
+            except MissingKeyError as exc:
+                # Never out of the task (the sweep would re-queue the run forever): pause.
+                return self.pause(missing_key_reason(exc, f"data the run's {self.run.state} reads"))
             if outcome != "continue":
                 return outcome
         return "handed_over" if self.handover() else "lease_lost"
@@ -281,6 +295,11 @@ class _Advance:
             failure = ("fail", exc.reason, None)
         except ModelError as exc:
             failure = ("retry" if exc.retryable else "fail", str(exc), None)
+        except MissingKeyError as exc:
+            # Retrying cannot help: no worker with these keys can read what the step needs.
+            keeper.stop_renewing()
+            keeper.flush_elapsed()
+            return self.pause(missing_key_reason(exc, f"data step {spec.name} reads"))
         except Exception as exc:  # an unexpected error may be transient: it costs an attempt
             log.exception("step raised", extra={"run": str(self.run.pk), "step": spec.name})
             failure = ("retry", f"{type(exc).__name__}: {exc}", None)
@@ -399,8 +418,18 @@ class _Advance:
                 "next_eligible_at": next_eligible_at.isoformat() if next_eligible_at else None,
             }
         )
+        inputs = dict(envelope.get("inputs") or {})
+        if self.code is not None:
+            # Reproducibility: which prompt, policy and model did this work.
+            inputs.update(
+                {
+                    "prompt_version": self.code.prompt_version[:100],
+                    "policy_version": self.code.policy_version[:100],
+                    "model": str(getattr(self.model, "name", "") or "")[:200],
+                }
+            )
         return {
-            "inputs": envelope.get("inputs") or {},
+            "inputs": inputs,
             "evidence": evidence
             if evidence is not None
             else evidence_normalize(envelope.get("evidence")),
@@ -448,6 +477,17 @@ class _Advance:
             )
         except (ConcurrentCheckpointWrite, LeaseHeld, RunNotActive) as exc:
             raise LeaseLost(exc.detail)
+        except BudgetExhausted as exc:
+            # The step spent past a limit (a model call's tokens land after it returns):
+            # the run fails where it stands, recording that usage; its output is not kept.
+            groups = {**groups, "control": {**groups["control"], "reason": exc.detail[:2000]}}
+            return self.commit(
+                state=self.run.state,
+                step="",
+                groups=groups,
+                status=RunStatus.FAILED,
+                reason=exc.detail.split(". Nothing was written")[0],
+            )
         except (IllegalTransition, ArtifactHashMismatch, CairnError) as exc:
             self.keeper.flush_elapsed()  # the refused checkpoint did not record the time
             fields = f" ({json.dumps(exc.fields)[:500]})" if exc.fields else ""

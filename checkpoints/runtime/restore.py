@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from cairn.secrets import SecretUnavailable, secret_resolve
 from checkpoints import envelope as env
+from checkpoints.crypto import MissingKeyError
 from checkpoints.errors import IntegrityFailure
 from checkpoints.models import Artifact, Checkpoint, Run
 from checkpoints.services.artifacts import artifact_content
@@ -22,6 +24,9 @@ from checkpoints.services.integrity import checkpoint_columns_problem, run_head_
 
 from . import hooks
 from .lease import used_merge
+
+if TYPE_CHECKING:
+    from .definition import Workflow
 
 log = logging.getLogger("cairn.runtime")
 
@@ -104,9 +109,57 @@ def _check_artifacts(run: Run, envelope: dict[str, Any]) -> str | None:
     return None
 
 
-def restore_latest(run: Run) -> Restored | Halt:
+def missing_key_reason(exc: MissingKeyError, where: str) -> str:
+    """The pause reason for data this process has no key for: names the key id only."""
+    return (
+        f"{where} is sealed under encryption key '{exc.key_id}', which this worker does not "
+        "have: add the key to CAIRN_ENCRYPTION_KEYS (or the key file) of every worker, then "
+        "resume the run"
+    )
+
+
+def restore_latest(run: Run, code: Workflow | None = None) -> Restored | Halt:
     """Steps 2-6 of the restore procedure for a leased run. Reads only; the caller acts on
-    a Halt (pause or fail) and runs the next step after a Restored."""
+    a Halt (pause or fail) and runs the next step after a Restored.
+
+    A checkpoint or evidence artifact sealed under a key this process lacks pauses the run
+    for review naming the key id (it never raises out of the worker). With the workflow's
+    ``code``: a checkpoint written by a code version the code does not declare compatible,
+    or a secret reference a step declares that does not resolve, pauses the run too."""
+    try:
+        return _restore(run, code)
+    except MissingKeyError as exc:
+        return _pause(missing_key_reason(exc, f"checkpoint {run.checkpoint_sequence}"))
+
+
+def _check_code_version(code: Workflow, checkpoint: Checkpoint, envelope: dict) -> str | None:
+    compatible = code.compatible_code_versions
+    written_by = (envelope.get("compatibility") or {}).get("workflow_code_version") or ""
+    if compatible is None or not written_by or written_by in compatible:
+        return None
+    return (
+        f"checkpoint {checkpoint.sequence} was written by code version '{written_by}', which "
+        f"the workflow code {code.workflow_type}@{code.version} (code version "
+        f"{code.code_version}) does not declare compatible "
+        f"(compatible: {', '.join(sorted(compatible))})"
+    )
+
+
+def _check_secrets(code: Workflow) -> str | None:
+    """Restore step 6 for credentials: every declared secret reference resolves now. The
+    reason names the reference and the step, never a value."""
+    for step, reference in code.secret_references:
+        try:
+            secret_resolve(reference)
+        except SecretUnavailable as exc:
+            return (
+                f"the secret reference '{reference}' that step {step} declares does not "
+                f"resolve: {exc} Restore the credential, then resume the run"
+            )
+    return None
+
+
+def _restore(run: Run, code: Workflow | None) -> Restored | Halt:
     # 2. The latest accepted checkpoint, as the run's head names it.
     checkpoint = Checkpoint.objects.filter(run=run, sequence=run.checkpoint_sequence).first()
     if checkpoint is None:
@@ -151,7 +204,16 @@ def restore_latest(run: Run) -> Restored | Halt:
             f"checkpoint {checkpoint.sequence} is at state '{envelope['position']['state']}' "
             f"but the run says '{run.state}'"
         )
-    problem = _check_artifacts(run, envelope)
+    if code is not None:
+        problem = _check_code_version(code, checkpoint, envelope)
+        if problem:
+            return _pause(problem)
+    try:
+        problem = _check_artifacts(run, envelope)
+    except MissingKeyError as exc:
+        return _pause(
+            missing_key_reason(exc, f"an evidence artifact of checkpoint {checkpoint.sequence}")
+        )
     if problem:
         return _pause(f"checkpoint {checkpoint.sequence}: {problem}")
     used = used_merge(envelope.get("budgets"), run.budget_used)
@@ -162,8 +224,16 @@ def restore_latest(run: Run) -> Restored | Halt:
     reason = hooks.operations_reconcile(run=run, envelope=envelope)
     if reason:
         return Halt("pause", reason, restored)
-    # 6. Time-sensitive policy: budgets and the deadline (approval expiry: approval_gate).
-    return policy_check(run, restored) or restored
+    # 6. Time-sensitive policy: credentials still resolve; budgets and the deadline
+    # (approval expiry: approval_gate).
+    return credentials_check(code, restored) or policy_check(run, restored) or restored
+
+
+def credentials_check(code: Workflow | None, restored: Restored) -> Halt | None:
+    """Pause the run when a secret reference its steps declare no longer resolves (run
+    before every step, in the lean loop too). Reads no database."""
+    problem = _check_secrets(code) if code is not None else None
+    return Halt("pause", problem, restored) if problem else None
 
 
 def policy_check(run: Run, restored: Restored, *, attempt_needed: bool = False) -> Halt | None:

@@ -47,6 +47,11 @@ from checkpoints.models import (
     RunStatus,
 )
 from checkpoints.services import commit_sql, outbox
+from checkpoints.services.commit_rules import (
+    ApprovalUse,
+    commit_approval_consume,
+    commit_rules_check,
+)
 from checkpoints.services.commit_sql import RunHead
 from observability.latency import commit_latency_record
 from retention.references import references_record
@@ -220,7 +225,7 @@ def checkpoint_build(
         "position": {
             "state": state,
             "step": step,
-            "transition_version": 1,
+            "transition_version": run.workflow_version,
             "pending_action": pending_action,
         },
         "inputs": groups.get("inputs", {}),
@@ -310,6 +315,7 @@ def checkpoint_commit(
     continues: bool = False,
     consumed_outbox_id: int | None = None,
     charge_next_attempt: bool = False,
+    answers_interrupt: bool = False,
 ) -> CommitResult:
     """Commit the run's next checkpoint. All or nothing: on PostgreSQL one statement (one
     round trip outside a transaction), on SQLite one transaction (``commit_sql``).
@@ -321,6 +327,10 @@ def checkpoint_commit(
     commit, or ``RunHead.of`` its restored run); without it the commit reads it (one more
     statement). A stale head costs a re-read, never a wrong write: the statement writes only
     when the run is still at that head.
+
+    ``answers_interrupt`` is only for the LangGraph store: a thread leaves its
+    ``interrupted`` state when the application resumes the graph with the person's answer
+    (``Command(resume=…)``), which is the decision; no approval request exists for it.
 
     ``operator_override`` is only for recorded operator actions (``run_retry``, which writes
     its audit event in the same transaction): the move may go to any state of the workflow,
@@ -362,6 +372,7 @@ def checkpoint_commit(
         continues=continues,
         consumed_outbox_id=consumed_outbox_id,
         charge_next_attempt=charge_next_attempt,
+        answers_interrupt=answers_interrupt,
     )
     known = head if head is not None and str(head.id) == str(run_id) else None
     if known is not None and known.tenant_id != tenant.id:
@@ -378,7 +389,10 @@ def checkpoint_commit(
                 raise
             known = None
             continue
-        outbox_id = _commit_execute(write, full)
+        if request.approval_use is None:
+            outbox_id = _commit_execute(write, full)
+        else:
+            outbox_id = _commit_consuming(request.approval_use, current, actor, write, full)
         if outbox_id is not None:
             break
         # The run left this head (a racing writer, an operator, a charge): decide again on
@@ -446,7 +460,31 @@ class _CommitRequest:
     continues: bool
     consumed_outbox_id: int | None
     charge_next_attempt: bool
+    answers_interrupt: bool = False
     outbox_dispatch: bool = False
+    # Set by the plan when the commit leaves an approval state under an approved request.
+    approval_use: ApprovalUse | None = None
+
+
+class _HeadMoved(Exception):
+    pass
+
+
+def _commit_consuming(
+    use: ApprovalUse, head: RunHead, actor: Actor, write: commit_sql.CommitWrite, full: dict
+) -> int | None:
+    """A commit that leaves an approval state: the approval is consumed in the commit's
+    transaction, so it is used if and only if the run moves (a head that moved meanwhile
+    rolls the consumption back with the write that did not happen)."""
+    try:
+        with transaction.atomic():
+            commit_approval_consume(use=use, run=head, actor=actor)
+            outbox_id = _commit_execute(write, full)
+            if outbox_id is None:
+                raise _HeadMoved
+            return outbox_id
+    except _HeadMoved:
+        return None
 
 
 def _head_read(tenant: Tenant, run_id: UUID | str) -> RunHead:
@@ -509,6 +547,18 @@ def _commit_plan(
     _check_artifacts(tenant, full["evidence"])
     request.outbox_dispatch = False
     new_status = request.status or _derive_status(run, state)
+    # The protocol, one rule set for every writer (commit_rules): it reads nothing more,
+    # except the run's approval requests on a commit that leaves an approval state.
+    request.approval_use = commit_rules_check(
+        run=run,
+        definition=run.definition,
+        state=state,
+        status=new_status,
+        budgets=full["budgets"],
+        evidence=full["evidence"],
+        control=full["control"],
+        operator_override=operator_override or request.answers_interrupt,
+    )
     used = {k: full["budgets"][k] for k in BUDGET_USED_KEYS}
     lease_until = None
     if request.charge_next_attempt and new_status == RunStatus.RUNNING:

@@ -404,6 +404,56 @@ def operation_note(*, operation_id: UUID, note: str) -> None:
     )
 
 
+def operation_record_job(*, operation_id: UUID, job_id: str, actor: Actor) -> ExternalOperation:
+    """Record the provider's job id of a long-running operation, before anyone polls it.
+
+    A reserved operation becomes pending (the job was submitted); a pending or unknown one
+    keeps its status. Recording the same job id again answers the record unchanged, so a
+    retried call is harmless. Atomic with its audit event (``operation.job_recorded``).
+
+    Raises InvalidRequest (an empty job id, over 200 characters or with control characters)
+    or OperationStateConflict (the operation already has another job id, or its outcome is
+    final: confirmed or failed).
+    """
+    if not isinstance(job_id, str) or not job_id.strip() or len(job_id) > 200:
+        raise InvalidRequest(
+            "job_id is the provider's job id: 1-200 characters.",
+            fields={"job_id": "1-200 characters"},
+        )
+    if re.search(r"[\x00-\x1f\x7f]", job_id):
+        raise InvalidRequest(
+            "job_id may not contain control characters.", fields={"job_id": "control character"}
+        )
+    _check_no_secret(job_id, "job_id")
+    with transaction.atomic():
+        operation = _locked(operation_id)
+        if operation.provider_job_id == job_id:
+            return operation
+        if operation.status in FINAL_STATUSES:
+            raise OperationStateConflict(
+                f"Operation '{operation.idempotency_key}' is {operation.status}; its outcome is "
+                "final and it takes no job id."
+            )
+        if operation.provider_job_id:
+            raise OperationStateConflict(
+                f"Operation '{operation.idempotency_key}' already observes job "
+                f"'{operation.provider_job_id}'; a second job would be a second submission."
+            )
+        from_status = operation.status
+        operation.provider_job_id = job_id
+        if operation.status == OperationStatus.RESERVED:
+            operation.status = OperationStatus.PENDING
+        operation.save(update_fields=["provider_job_id", "status", "updated_at"])
+        _audit(
+            operation,
+            actor,
+            "operation.job_recorded",
+            from_status=from_status,
+            reason=f"provider job {job_id}",
+        )
+        return operation
+
+
 def operation_confirm(
     *,
     operation_id: UUID,

@@ -7,6 +7,8 @@ Per open operation the provider's lookup (by idempotency key, then client refere
     failed       → the operation is failed with the provider's reason
     not found    → a pending operation stays pending: the provider never performed it, so the
                    step sends it again with the same key (which the provider deduplicates)
+    running      → (a long-running tool whose job id is recorded: ``job_status``, not
+                   lookup) it stays pending; the step observes the same job again
     cannot tell  → the operation becomes unknown: the run waits for a person
     unavailable  → nothing is recorded but a note: ask again later
 
@@ -22,7 +24,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from checkpoints.models import ExternalOperation, OperationStatus, Run, RunStatus
-from checkpoints.providers.base import Outcome, Provider, ProviderResult
+from checkpoints.providers.base import Outcome, Provider, ProviderResult, supports_jobs
 from checkpoints.providers.registry import UnknownProvider, provider_get
 from checkpoints.services.operations import (
     operation_confirm,
@@ -89,6 +91,15 @@ def operation_reconcile(
             Outcome.UNKNOWN,
             reason=f"no provider adapter named '{operation.provider}' can be asked",
         )
+    elif operation.provider_job_id and supports_jobs(provider):
+        # A long-running tool with a recorded job: observe that job, never submit again.
+        answer = provider.job_status(job_id=operation.provider_job_id)
+        if answer.outcome == Outcome.NOT_FOUND:
+            answer = ProviderResult(
+                Outcome.UNKNOWN,
+                reason=f"the provider has no job {operation.provider_job_id}",
+                job_id=operation.provider_job_id,
+            )
     else:
         answer = provider.lookup(
             key=operation.idempotency_key, client_reference=operation.client_reference
@@ -114,9 +125,10 @@ def operation_reconcile(
     elif answer.outcome == Outcome.UNKNOWN and operation.status == OperationStatus.PENDING:
         operation_mark_unknown(operation_id=operation.id, actor=actor, reason=answer.reason)
     else:
+        what = "job" if answer.outcome == Outcome.RUNNING else "lookup"
         operation_note(
             operation_id=operation.id,
-            note=f"{timezone.now():%Y-%m-%dT%H:%M:%SZ} lookup: {answer.reason or answer.outcome}",
+            note=f"{timezone.now():%Y-%m-%dT%H:%M:%SZ} {what}: {answer.reason or answer.outcome}",
         )
     return answer
 

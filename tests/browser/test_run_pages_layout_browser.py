@@ -11,6 +11,7 @@ from checkpoints.models import Run
 from checkpoints.services.checkpoints import checkpoint_commit
 from tenants.services import Actor
 from tests.console_data import story_run
+from tests.protocol_support import approved_evidence
 
 LONG_SHA = "819c11625dcd16dcd164204f45085f57c081c82528ce74e1d093ae9a6b34b03e"
 
@@ -27,15 +28,20 @@ def published(acme, bob, workflow) -> Run:  # noqa: ANN001
         state="publish",
         step="review",
         envelope={
-            "evidence": {
-                "validators": [
-                    {
-                        "name": "approval",
-                        "passed": True,
-                        "detail": f"'publish' approved by carol for sha256 {LONG_SHA}",
-                    }
-                ]
-            }
+            # Leaving the approval state takes a granted approval (issue 15).
+            "evidence": approved_evidence(
+                run,
+                {
+                    "artifacts": [],
+                    "validators": [
+                        {
+                            "name": "approval",
+                            "passed": True,
+                            "detail": f"'publish' approved by carol for sha256 {LONG_SHA}",
+                        }
+                    ],
+                },
+            )
         },
         actor=Actor(user=bob),
     )
@@ -92,7 +98,7 @@ def test_the_snapshot_says_when_the_run_moved_on_after_the_page_loaded(
         expected_version=run.version,
         state="publish",
         step="review",
-        envelope={},
+        envelope={"evidence": approved_evidence(run)},  # a granted approval (issue 15)
         actor=Actor(user=bob),
     )
     # The next poll shows the new version and says the rest of the page is older.

@@ -299,6 +299,8 @@ def thread_checkpoint_put(
             actor=actor,
             status_reason=_waiting_reason(checkpoint_id) if waiting else "",
             is_evidence=waiting,
+            # Leaving an interrupt: the graph was resumed with the person's answer.
+            answers_interrupt=not waiting,
         )
         row = row or LangGraphCheckpoint(
             tenant_id=tenant.pk, thread=thread, checkpoint_ns=ns, checkpoint_id=checkpoint_id
