@@ -100,14 +100,22 @@ def run_get(*, tenant: Tenant, run_id: UUID | str) -> Run:
         raise NotFound("No such run.")
 
 
-def envelope_seal(*, tenant_id: object, checkpoint_id: object, envelope: dict[str, Any]) -> str:
+def canonical_seal(*, tenant_id: object, checkpoint_id: object, canonical: bytes) -> str:
+    """An envelope's canonical bytes sealed for its checkpoint row (compressed, then
+    encrypted with the tenant, table, row and field as associated data)."""
     return crypto.seal(
-        env.canonical_json(envelope),
+        canonical,
         tenant_id=tenant_id,
         table=TABLE,
         row_id=checkpoint_id,
         field=FIELD,
         compress=True,
+    )
+
+
+def envelope_seal(*, tenant_id: object, checkpoint_id: object, envelope: dict[str, Any]) -> str:
+    return canonical_seal(
+        tenant_id=tenant_id, checkpoint_id=checkpoint_id, canonical=env.canonical_json(envelope)
     )
 
 
@@ -275,13 +283,8 @@ def checkpoint_insert(
         state=position["state"],
         step=position["step"],
         schema_version=envelope["schema_version"],
-        envelope_sealed=crypto.seal(
-            prepared.canonical,
-            tenant_id=run.tenant_id,
-            table=TABLE,
-            row_id=checkpoint_id,
-            field=FIELD,
-            compress=True,
+        envelope_sealed=canonical_seal(
+            tenant_id=run.tenant_id, checkpoint_id=checkpoint_id, canonical=prepared.canonical
         ),
         key_id=crypto.keyring().active_id,
         sha256=prepared.sha256,
@@ -591,13 +594,8 @@ def _commit_plan(
         lease_owner=request.lease_owner,
         lease_until=lease_until,
         schema_version=full["schema_version"],
-        envelope_sealed=crypto.seal(
-            prepared.canonical,
-            tenant_id=run.tenant_id,
-            table=TABLE,
-            row_id=checkpoint_id,
-            field=FIELD,
-            compress=True,
+        envelope_sealed=canonical_seal(
+            tenant_id=run.tenant_id, checkpoint_id=checkpoint_id, canonical=prepared.canonical
         ),
         key_id=crypto.keyring().active_id,
         sha256=prepared.sha256,
