@@ -142,15 +142,19 @@ def _loads(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
-# --- PostgreSQL -------------------------------------------------------------------------------
-_PG_HEAD = f"""
+# What a commit reads of its run (RunHead's fields, in order); each database names its own
+# placeholders for the run and the tenant.
+_HEAD_SELECT = f"""
 SELECT r.id, r.tenant_id, r.workflow_id, r.workflow_type, r.workflow_version, w.definition,
        r.execution, r.version, r.status, r.state, r.checkpoint_sequence,
        r.latest_checkpoint_id, r.latest_checkpoint_sha256, r.lease_owner, r.lease_expires_at,
        r.budget_used, r.budget_limits
   FROM {RUN} r JOIN {WORKFLOW} w ON w.id = r.workflow_id
- WHERE r.id = %(run_id)s::uuid AND r.tenant_id = %(tenant_id)s::uuid
+ WHERE r.id = {{run_id}} AND r.tenant_id = {{tenant_id}}
 """
+
+# --- PostgreSQL -------------------------------------------------------------------------------
+_PG_HEAD = _HEAD_SELECT.format(run_id="%(run_id)s::uuid", tenant_id="%(tenant_id)s::uuid")
 
 _PG_COMMIT = f"""
 WITH moved AS (
@@ -275,14 +279,7 @@ def _pg_params(write: CommitWrite) -> dict[str, Any]:
 
 
 # --- SQLite -----------------------------------------------------------------------------------
-_SQLITE_HEAD = f"""
-SELECT r.id, r.tenant_id, r.workflow_id, r.workflow_type, r.workflow_version, w.definition,
-       r.execution, r.version, r.status, r.state, r.checkpoint_sequence,
-       r.latest_checkpoint_id, r.latest_checkpoint_sha256, r.lease_owner, r.lease_expires_at,
-       r.budget_used, r.budget_limits
-  FROM {RUN} r JOIN {WORKFLOW} w ON w.id = r.workflow_id
- WHERE r.id = %s AND r.tenant_id = %s
-"""
+_SQLITE_HEAD = _HEAD_SELECT.format(run_id="%s", tenant_id="%s")
 _SQLITE_MOVE = f"""
 UPDATE {RUN} SET version = version + 1, checkpoint_sequence = %s, latest_checkpoint_id = %s,
     latest_checkpoint_sha256 = %s, state = %s, step = %s, status = %s, status_reason = %s,
