@@ -298,6 +298,29 @@ def _reserve(
     return operation
 
 
+def _declared_action(ctx: StepContext) -> str:
+    """The action the workflow's effect state declares, else the step's name."""
+    code = workflow_code(ctx.workflow_type, ctx.workflow_version)
+    spec = code.steps.get(ctx.state) if code else None
+    return spec.effect_action if spec and spec.effect_action else ctx.step
+
+
+def _reserve_and_run(effect: _Effect, *, provider: str, name: str) -> EffectDone:
+    """Reserve the operation for ``effect``'s request (effect_perform and effect_job share
+    the key scheme, so a job and a one-shot call are reserved the same way) and run it."""
+    operation = _reserve(
+        effect.ctx,
+        action=effect.request.action,
+        target=effect.request.target,
+        request=effect.request.payload,
+        provider=provider,
+        name=name,
+        client_reference=effect.request.client_reference,
+        actor=effect.actor,
+    )
+    return effect.run(operation)
+
+
 def effect_perform(
     ctx: StepContext,
     *,
@@ -318,9 +341,7 @@ def effect_perform(
     request differs from the one reserved under this key) or LeaseLost.
     """
     if action is None:
-        code = workflow_code(ctx.workflow_type, ctx.workflow_version)
-        spec = code.steps.get(ctx.state) if code else None
-        action = spec.effect_action if spec and spec.effect_action else ctx.step
+        action = _declared_action(ctx)
     adapter = provider_get(provider)
     effect = _Effect(
         ctx,
@@ -329,17 +350,7 @@ def effect_perform(
             action=action, target=target, payload=request, client_reference=client_reference
         ),
     )
-    operation = _reserve(
-        ctx,
-        action=action,
-        target=target,
-        request=request,
-        provider=provider,
-        name=name,
-        client_reference=client_reference,
-        actor=effect.actor,
-    )
-    return effect.run(operation)
+    return _reserve_and_run(effect, provider=provider, name=name)
 
 
 class _Job(_Effect):
@@ -443,9 +454,7 @@ def effect_job(
     raises RetryableStepError (the run waits ``poll_seconds`` and observes it again).
     """
     if action is None:
-        code = workflow_code(ctx.workflow_type, ctx.workflow_version)
-        spec = code.steps.get(ctx.state) if code else None
-        action = spec.effect_action if spec and spec.effect_action else ctx.step
+        action = _declared_action(ctx)
     adapter = provider_get(provider)
     if not supports_jobs(adapter):
         raise PermanentStepError(f"the provider adapter '{provider}' has no job API")
@@ -458,14 +467,4 @@ def effect_job(
         poll_seconds=poll_seconds,
         max_wait_seconds=max_wait_seconds,
     )
-    operation = _reserve(
-        ctx,
-        action=action,
-        target=target,
-        request=request,
-        provider=provider,
-        name=name,
-        client_reference=client_reference,
-        actor=job.actor,
-    )
-    return job.run(operation)
+    return _reserve_and_run(job, provider=provider, name=name)
