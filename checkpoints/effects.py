@@ -188,15 +188,29 @@ class _Effect:
         )
 
     # --- the protocol -----------------------------------------------------------------------
-    def run(self, operation: ExternalOperation) -> EffectDone:
+    def replayed(self, operation: ExternalOperation, *, noun: str) -> EffectDone | None:
+        """The stored result of a confirmed operation (never performed again); raises
+        RetryableStepError for one whose outcome is unknown (reconciled before the step runs
+        again); None when the protocol goes on. One-shot effects and jobs share this."""
         if operation.status == OperationStatus.CONFIRMED:
             return self.done(operation, replayed=True)
         if operation.status == OperationStatus.UNKNOWN:
             raise RetryableStepError(
-                f"the outcome of operation {operation.idempotency_key} is unknown; it is "
+                f"the outcome of {noun} {operation.idempotency_key} is unknown; it is "
                 "reconciled before the step runs again",
                 delay_seconds=0,
             )
+        return None
+
+    def commit_pending(self, operation: ExternalOperation) -> None:
+        """The pending checkpoint, committed before the provider is first asked."""
+        self.commit(operation, mark_pending=True)
+        _test_crash_point("pending")
+
+    def run(self, operation: ExternalOperation) -> EffectDone:
+        replayed = self.replayed(operation, noun="operation")
+        if replayed is not None:
+            return replayed
         if operation.status == OperationStatus.PENDING:
             # Sent before (or about to be) by a worker that died: ask before anything else.
             answer = self.provider.lookup(
@@ -213,8 +227,7 @@ class _Effect:
             # Not found: it never reached the provider. Sending it again under the same key
             # is safe even if the first request is still in flight: the provider dedups.
         else:
-            self.commit(operation, mark_pending=True)  # the pending checkpoint
-            _test_crash_point("pending")
+            self.commit_pending(operation)
         return self.send(operation)
 
     def send(self, operation: ExternalOperation) -> EffectDone:
@@ -370,19 +383,13 @@ class _Job(_Effect):
         self.max_wait_seconds = max_wait_seconds
 
     def run(self, operation: ExternalOperation) -> EffectDone:
-        if operation.status == OperationStatus.CONFIRMED:
-            return self.done(operation, replayed=True)
-        if operation.status == OperationStatus.UNKNOWN:
-            raise RetryableStepError(
-                f"the outcome of job operation {operation.idempotency_key} is unknown; it is "
-                "reconciled before the step runs again",
-                delay_seconds=0,
-            )
+        replayed = self.replayed(operation, noun="job operation")
+        if replayed is not None:
+            return replayed
         if operation.provider_job_id:
             return self.observe(operation)  # submitted before: never again
         if operation.status == OperationStatus.RESERVED:
-            self.commit(operation, mark_pending=True)  # the pending checkpoint
-            _test_crash_point("pending")
+            self.commit_pending(operation)
         # Pending without a job id: the submission may have reached the provider before the
         # worker died; the same key is the same job there.
         return self.submit(operation)
