@@ -188,15 +188,29 @@ class _Effect:
         )
 
     # --- the protocol -----------------------------------------------------------------------
-    def run(self, operation: ExternalOperation) -> EffectDone:
+    def replayed(self, operation: ExternalOperation, *, noun: str) -> EffectDone | None:
+        """The stored result of a confirmed operation (never performed again); raises
+        RetryableStepError for one whose outcome is unknown (reconciled before the step runs
+        again); None when the protocol goes on. One-shot effects and jobs share this."""
         if operation.status == OperationStatus.CONFIRMED:
             return self.done(operation, replayed=True)
         if operation.status == OperationStatus.UNKNOWN:
             raise RetryableStepError(
-                f"the outcome of operation {operation.idempotency_key} is unknown; it is "
+                f"the outcome of {noun} {operation.idempotency_key} is unknown; it is "
                 "reconciled before the step runs again",
                 delay_seconds=0,
             )
+        return None
+
+    def commit_pending(self, operation: ExternalOperation) -> None:
+        """The pending checkpoint, committed before the provider is first asked."""
+        self.commit(operation, mark_pending=True)
+        _test_crash_point("pending")
+
+    def run(self, operation: ExternalOperation) -> EffectDone:
+        replayed = self.replayed(operation, noun="operation")
+        if replayed is not None:
+            return replayed
         if operation.status == OperationStatus.PENDING:
             # Sent before (or about to be) by a worker that died: ask before anything else.
             answer = self.provider.lookup(
@@ -213,8 +227,7 @@ class _Effect:
             # Not found: it never reached the provider. Sending it again under the same key
             # is safe even if the first request is still in flight: the provider dedups.
         else:
-            self.commit(operation, mark_pending=True)  # the pending checkpoint
-            _test_crash_point("pending")
+            self.commit_pending(operation)
         return self.send(operation)
 
     def send(self, operation: ExternalOperation) -> EffectDone:
@@ -298,6 +311,29 @@ def _reserve(
     return operation
 
 
+def _declared_action(ctx: StepContext) -> str:
+    """The action the workflow's effect state declares, else the step's name."""
+    code = workflow_code(ctx.workflow_type, ctx.workflow_version)
+    spec = code.steps.get(ctx.state) if code else None
+    return spec.effect_action if spec and spec.effect_action else ctx.step
+
+
+def _reserve_and_run(effect: _Effect, *, provider: str, name: str) -> EffectDone:
+    """Reserve the operation for ``effect``'s request (effect_perform and effect_job share
+    the key scheme, so a job and a one-shot call are reserved the same way) and run it."""
+    operation = _reserve(
+        effect.ctx,
+        action=effect.request.action,
+        target=effect.request.target,
+        request=effect.request.payload,
+        provider=provider,
+        name=name,
+        client_reference=effect.request.client_reference,
+        actor=effect.actor,
+    )
+    return effect.run(operation)
+
+
 def effect_perform(
     ctx: StepContext,
     *,
@@ -318,9 +354,7 @@ def effect_perform(
     request differs from the one reserved under this key) or LeaseLost.
     """
     if action is None:
-        code = workflow_code(ctx.workflow_type, ctx.workflow_version)
-        spec = code.steps.get(ctx.state) if code else None
-        action = spec.effect_action if spec and spec.effect_action else ctx.step
+        action = _declared_action(ctx)
     adapter = provider_get(provider)
     effect = _Effect(
         ctx,
@@ -329,17 +363,7 @@ def effect_perform(
             action=action, target=target, payload=request, client_reference=client_reference
         ),
     )
-    operation = _reserve(
-        ctx,
-        action=action,
-        target=target,
-        request=request,
-        provider=provider,
-        name=name,
-        client_reference=client_reference,
-        actor=effect.actor,
-    )
-    return effect.run(operation)
+    return _reserve_and_run(effect, provider=provider, name=name)
 
 
 class _Job(_Effect):
@@ -359,19 +383,13 @@ class _Job(_Effect):
         self.max_wait_seconds = max_wait_seconds
 
     def run(self, operation: ExternalOperation) -> EffectDone:
-        if operation.status == OperationStatus.CONFIRMED:
-            return self.done(operation, replayed=True)
-        if operation.status == OperationStatus.UNKNOWN:
-            raise RetryableStepError(
-                f"the outcome of job operation {operation.idempotency_key} is unknown; it is "
-                "reconciled before the step runs again",
-                delay_seconds=0,
-            )
+        replayed = self.replayed(operation, noun="job operation")
+        if replayed is not None:
+            return replayed
         if operation.provider_job_id:
             return self.observe(operation)  # submitted before: never again
         if operation.status == OperationStatus.RESERVED:
-            self.commit(operation, mark_pending=True)  # the pending checkpoint
-            _test_crash_point("pending")
+            self.commit_pending(operation)
         # Pending without a job id: the submission may have reached the provider before the
         # worker died; the same key is the same job there.
         return self.submit(operation)
@@ -443,9 +461,7 @@ def effect_job(
     raises RetryableStepError (the run waits ``poll_seconds`` and observes it again).
     """
     if action is None:
-        code = workflow_code(ctx.workflow_type, ctx.workflow_version)
-        spec = code.steps.get(ctx.state) if code else None
-        action = spec.effect_action if spec and spec.effect_action else ctx.step
+        action = _declared_action(ctx)
     adapter = provider_get(provider)
     if not supports_jobs(adapter):
         raise PermanentStepError(f"the provider adapter '{provider}' has no job API")
@@ -458,14 +474,4 @@ def effect_job(
         poll_seconds=poll_seconds,
         max_wait_seconds=max_wait_seconds,
     )
-    operation = _reserve(
-        ctx,
-        action=action,
-        target=target,
-        request=request,
-        provider=provider,
-        name=name,
-        client_reference=client_reference,
-        actor=job.actor,
-    )
-    return job.run(operation)
+    return _reserve_and_run(job, provider=provider, name=name)

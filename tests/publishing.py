@@ -120,3 +120,68 @@ def _publishing_for_worker_tests(request):  # noqa: ANN001, ANN202
     service = request.getfixturevalue("publishing_service")
     request.getfixturevalue("monkeypatch").setenv("CAIRN_PUBLISHING_URL", service.url)
     request.getfixturevalue("settings").CAIRN_PUBLISHING_URL = service.url
+
+
+def effects_worker_env(service: PublishingService) -> dict[str, str]:
+    """The environment of a worker that runs tests.effects_workflows against ``service``."""
+    from tests.worker_fixtures import TEST_WORKFLOW_MODULES
+
+    return {
+        "CAIRN_PUBLISHING_URL": service.url,
+        "CAIRN_PUBLISHING_TOKEN_REF": "",
+        "CAIRN_PROVIDER_TIMEOUT_SECONDS": "2",
+        "CAIRN_WORKFLOW_MODULES": f"{TEST_WORKFLOW_MODULES},tests.effects_workflows",
+    }
+
+
+def run_killed_at(
+    boundary: str,
+    *,
+    tenant: Any,
+    workflow_type: str,
+    title: str,
+    service: PublishingService,
+    worker_factory: Any,
+    tmp_path: Path,
+) -> tuple[Any, Path, dict[str, str]]:
+    """Create a run of ``workflow_type`` and let a worker take it until it is SIGKILLed at
+    ``boundary`` (the crash matrix and the job tests share this setup, so they kill the same
+    way). Returns the run, its count directory and the environment for the next worker."""
+    from checkpoints.services.runs import run_create
+    from tenants.services import Actor
+    from tests.worker_fixtures import wait_for
+
+    count_dir = tmp_path / "counts"
+    count_dir.mkdir()
+    marker = tmp_path / "crashed"
+    env = effects_worker_env(service)
+    run = run_create(
+        tenant=tenant,
+        workflow_type=workflow_type,
+        inputs={"title": title, "count_dir": str(count_dir)},
+        budget={"max_attempts": 10},
+        actor=Actor.system("test"),
+    )
+    doomed = worker_factory(
+        "doomed",
+        env={**env, "CAIRN_TEST_CRASH_AT": boundary, "CAIRN_TEST_CRASH_MARKER": str(marker)},
+    )
+    wait_for(lambda: marker.exists() and not doomed.alive, what=f"the worker to die at {boundary}")
+    assert doomed.process.returncode == -9  # SIGKILL: no handler ran
+    return run, count_dir, env
+
+
+def rescue_with_a_new_worker(run: Any, *, worker_factory: Any, env: dict[str, str]) -> None:
+    """Wait out the dead worker's lease, rescue the run (exactly it) and start a rescuer."""
+    from django.utils import timezone
+
+    from checkpoints.models import Run
+    from checkpoints.runtime.rescue import runs_rescue
+    from tests.worker_fixtures import wait_for
+
+    wait_for(
+        lambda: Run.objects.get(pk=run.pk).lease_expires_at < timezone.now(),
+        what="the dead worker's lease to expire",
+    )
+    assert runs_rescue() == 1
+    worker_factory("rescuer", env=env)

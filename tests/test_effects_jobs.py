@@ -5,16 +5,13 @@ sees one submission. Also the job API over HTTP (``PUT …/operations/{key}/job`
 from __future__ import annotations
 
 import pytest
-from django.utils import timezone
 
 from checkpoints.effects import JOB_BOUNDARIES
 from checkpoints.models import ExternalOperation, Run, RunStatus
-from checkpoints.runtime.rescue import runs_rescue
 from checkpoints.services.checkpoints import run_verify
-from checkpoints.services.runs import run_create
-from tenants.services import Actor
 from tests.effects_workflows import runs_of, target_of
-from tests.worker_fixtures import TEST_WORKFLOW_MODULES, wait_for
+from tests.publishing import rescue_with_a_new_worker, run_killed_at
+from tests.worker_fixtures import wait_for
 
 
 @pytest.mark.worker
@@ -28,28 +25,15 @@ def test_a_worker_killed_while_it_polls_a_job_is_followed_by_one_observing_the_s
     tmp_path,  # noqa: ANN001
 ):
     publishing_service.restart("--job-seconds", "8")  # still running when the rescuer comes
-    count_dir = tmp_path / "counts"
-    count_dir.mkdir()
-    marker = tmp_path / "crashed"
-    env = {
-        "CAIRN_PUBLISHING_URL": publishing_service.url,
-        "CAIRN_PUBLISHING_TOKEN_REF": "",
-        "CAIRN_PROVIDER_TIMEOUT_SECONDS": "2",
-        "CAIRN_WORKFLOW_MODULES": f"{TEST_WORKFLOW_MODULES},tests.effects_workflows",
-    }
-    run = run_create(
+    run, count_dir, env = run_killed_at(
+        boundary,
         tenant=acme,
         workflow_type="jobs_demo",
-        inputs={"title": "A long publication", "count_dir": str(count_dir)},
-        budget={"max_attempts": 10},
-        actor=Actor.system("test"),
+        title="A long publication",
+        service=publishing_service,
+        worker_factory=worker_factory,
+        tmp_path=tmp_path,
     )
-    doomed = worker_factory(
-        "doomed",
-        env={**env, "CAIRN_TEST_CRASH_AT": boundary, "CAIRN_TEST_CRASH_MARKER": str(marker)},
-    )
-    wait_for(lambda: marker.exists() and not doomed.alive, what=f"the worker to die at {boundary}")
-    assert doomed.process.returncode == -9  # SIGKILL: no handler ran
     operation = ExternalOperation.objects.get(run=run)
     # The job id was durable before the first poll.
     assert operation.status == "pending" and operation.provider_job_id.startswith("job_")
@@ -59,12 +43,7 @@ def test_a_worker_killed_while_it_polls_a_job_is_followed_by_one_observing_the_s
     polls_before = stats["job_polls"].get(operation.provider_job_id, 0)
     assert polls_before == (1 if boundary == "polling" else 0)
 
-    wait_for(
-        lambda: Run.objects.get(pk=run.pk).lease_expires_at < timezone.now(),
-        what="the dead worker's lease to expire",
-    )
-    assert runs_rescue() == 1
-    worker_factory("rescuer", env=env)
+    rescue_with_a_new_worker(run, worker_factory=worker_factory, env=env)
     wait_for(
         lambda: Run.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED,
         what=f"the run to finish after a crash at {boundary}",

@@ -86,17 +86,20 @@ class HttpProvider:
         except (TimeoutError, http.client.HTTPException, ConnectionError, OSError) as error:
             raise _MaybeSent(f"{self.base_url}: {type(error).__name__} {error}".strip())
 
-    def perform(self, *, key: str, request: EffectRequest) -> ProviderResult:
+    def _post_effect(self, path: str, *, key: str, request: EffectRequest) -> Response:
+        """POST the request under its idempotency key: a one-shot perform and a job submission
+        send the same body, so the provider sees the same shape on either path."""
         body = {
             "action": request.action,
             "target": request.target,
             "client_reference": request.client_reference,
             "payload": request.payload,
         }
+        return self._call("POST", path, body=body, headers={"Idempotency-Key": key})
+
+    def perform(self, *, key: str, request: EffectRequest) -> ProviderResult:
         try:
-            answer = self._call(
-                "POST", self.perform_path, body=body, headers={"Idempotency-Key": key}
-            )
+            answer = self._post_effect(self.perform_path, key=key, request=request)
         except SecretUnavailable as exc:
             return ProviderResult(Outcome.UNAVAILABLE, reason=f"not sent: {exc}")
         except _NotSent as exc:
@@ -158,16 +161,8 @@ class HttpProvider:
         """Start a job under ``key`` (the provider answers the same job for the same key)."""
         if self.job_submit_path is None:
             return ProviderResult(Outcome.FAILED, reason=f"{self.name} has no job API")
-        body = {
-            "action": request.action,
-            "target": request.target,
-            "client_reference": request.client_reference,
-            "payload": request.payload,
-        }
         try:
-            answer = self._call(
-                "POST", self.job_submit_path, body=body, headers={"Idempotency-Key": key}
-            )
+            answer = self._post_effect(self.job_submit_path, key=key, request=request)
         except (SecretUnavailable, _NotSent) as exc:
             return ProviderResult(Outcome.UNAVAILABLE, reason=f"not sent: {exc}")
         except _MaybeSent as exc:

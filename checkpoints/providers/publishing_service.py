@@ -262,6 +262,18 @@ class Handler(BaseHTTPRequestHandler):
             return False
         return True
 
+    def _keyed_body(self) -> tuple[str, dict[str, Any]] | None:
+        """The Idempotency-Key and JSON body of a publish or job submission, or None once the
+        error is sent; both endpoints refuse a bad body before a missing key, in that order."""
+        key = self.headers.get("Idempotency-Key", "")
+        body = self._body()
+        if body is None:
+            return None
+        if not key:
+            self._send(400, {"error": "missing_key", "detail": "send an Idempotency-Key header"})
+            return None
+        return key, body
+
     def _body(self) -> dict[str, Any] | None:
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_BODY:
@@ -310,13 +322,10 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/jobs":
             self._submit_job()
             return
-        key = self.headers.get("Idempotency-Key", "")
-        body = self._body()
-        if body is None:
+        keyed = self._keyed_body()
+        if keyed is None:
             return
-        if not key:
-            self._send(400, {"error": "missing_key", "detail": "send an Idempotency-Key header"})
-            return
+        key, body = keyed
         requested = self.headers.get("X-Fault", "")
         if requested and requested not in PERFORM_FAULTS:
             self._send(400, {"error": "bad_fault", "detail": f"unknown fault {requested}"})
@@ -337,13 +346,10 @@ class Handler(BaseHTTPRequestHandler):
             pass  # the client gave up waiting: that is the point of this fault
 
     def _submit_job(self) -> None:
-        key = self.headers.get("Idempotency-Key", "")
-        body = self._body()
-        if body is None:
+        keyed = self._keyed_body()
+        if keyed is None:
             return
-        if not key:
-            self._send(400, {"error": "missing_key", "detail": "send an Idempotency-Key header"})
-            return
+        key, body = keyed
         try:
             seconds = (
                 float(self.headers["X-Job-Seconds"]) if "X-Job-Seconds" in self.headers else None
