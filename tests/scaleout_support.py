@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,13 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.publishing import free_port  # noqa: F401 - re-exported for the scale-out tests
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _run(args: list[str], *, env: dict[str, str], timeout: float, what: str) -> str:

@@ -17,14 +17,9 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
+from tests.publishing import free_port
 from tests.scaleout_support import gunicorn
 from tests.worker_fixtures import REPO, database_env
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @dataclass
