@@ -248,17 +248,16 @@ def test_a_worker_that_continues_publishes_none_of_its_own_commands(acme, noop_s
     assert outbox.outbox_dispatch() == 0
 
 
-def test_a_command_taken_by_a_worker_is_left_to_the_sweep_if_the_worker_dies(
-    acme, noop_six, settings
-):
-    settings.CAIRN_DISPATCH_ON_COMMIT = True
-    run = _worker_run(acme)
+def _continuing_commit(acme, run, *, with_head: bool = False, **extra):  # noqa: ANN001, ANN202
+    """Worker "w" leases the run (its genesis command already sent) and commits n1 → n2 as
+    a worker that goes on with the run itself."""
     OutboxMessage.objects.filter(run=run).update(sent_at=timezone.now())
     lease = lease_acquire(
         tenant=acme, run_id=run.pk, owner="w", ttl_seconds=60, expected_version=run.version
     )
-    head = RunHead.of(Run.objects.select_related("workflow").get(pk=run.pk))
-    result = checkpoint_commit(
+    if with_head:
+        extra["head"] = RunHead.of(Run.objects.select_related("workflow").get(pk=run.pk))
+    return checkpoint_commit(
         tenant=acme,
         run_id=run.pk,
         expected_version=lease.run_version,
@@ -267,10 +266,17 @@ def test_a_command_taken_by_a_worker_is_left_to_the_sweep_if_the_worker_dies(
         envelope={**GROUPS, "budgets": {"attempts_used": 1}},
         actor=ACTOR,
         lease_owner="w",
-        head=head,
         continues=True,
-        charge_next_attempt=True,
+        **extra,
     )
+
+
+def test_a_command_taken_by_a_worker_is_left_to_the_sweep_if_the_worker_dies(
+    acme, noop_six, settings
+):
+    settings.CAIRN_DISPATCH_ON_COMMIT = True
+    run = _worker_run(acme)
+    result = _continuing_commit(acme, run, with_head=True, charge_next_attempt=True)
     taken = OutboxMessage.objects.get(pk=result.outbox_id)
     assert taken.sent_at is None and taken.claimed_until > timezone.now() + timedelta(seconds=50)
     run.refresh_from_db()
@@ -401,21 +407,7 @@ def test_the_rescue_supersedes_a_dead_workers_taken_command_with_one_of_its_own(
     from checkpoints.runtime.rescue import runs_rescue
 
     run = _worker_run(acme)
-    OutboxMessage.objects.filter(run=run).update(sent_at=timezone.now())
-    lease = lease_acquire(
-        tenant=acme, run_id=run.pk, owner="w", ttl_seconds=60, expected_version=run.version
-    )
-    result = checkpoint_commit(
-        tenant=acme,
-        run_id=run.pk,
-        expected_version=lease.run_version,
-        state="n2",
-        step="n1",
-        envelope={**GROUPS, "budgets": {"attempts_used": 1}},
-        actor=ACTOR,
-        lease_owner="w",
-        continues=True,
-    )
+    result = _continuing_commit(acme, run)
     # While the worker's lease lives, its taken command keeps the rescue away.
     assert runs_rescue() == 0
     # The worker dies: its lease and its claim lapse together.
