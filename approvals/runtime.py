@@ -1,4 +1,4 @@
-"""The approvals side of the runtime's approval hook (``checkpoints.runtime.hooks``).
+"""The approvals side of the runtime's approval hook (``runtime.hooks``).
 
 The worker calls it on every restore of a run at an approval state; it answers with the
 runtime's ApprovalOutcome, deciding through ``approvals.services.approval_gate``.
@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 from approvals.services import approval_gate
-from checkpoints.errors import ArtifactHashMismatch
+from cairn.errors import ArtifactHashMismatch
 from checkpoints.models import Run
 from tenants.services import Actor
 
@@ -30,7 +30,7 @@ def artifact_under_review(envelope: dict[str, Any], name: str | None) -> dict[st
 
 def runtime_approval_outcome(*, run: Run, spec: Any, envelope: dict[str, Any]) -> Any:
     """Map the gate's verdict to the runtime's ApprovalOutcome (wait / approved / rejected)."""
-    from checkpoints.runtime.hooks import ApprovalOutcome
+    from runtime.hooks import ApprovalOutcome
 
     ref = artifact_under_review(envelope, spec.artifact)
     if ref is None:

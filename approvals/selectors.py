@@ -9,7 +9,7 @@ from django.db.models import Exists, F, OuterRef, QuerySet
 from django.utils import timezone
 
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
-from checkpoints.errors import NotFound
+from cairn.errors import NotFound
 from checkpoints.models import ACTIVE_STATUSES, Run, RunStatus
 from tenants.models import Tenant
 from tenants.selectors import review_scope

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from approvals.services import approval_expire_due
-from checkpoints.runtime.executor import worker_identity
+from runtime.executor import worker_identity
 from scheduling.services import periodic_job_run
 
 

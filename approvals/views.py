@@ -22,11 +22,11 @@ from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.rendering import decode_text, diff_lines, render_artifact, time_left
 from approvals.selectors import decisions_of, previous_request, request_get, review_queue
 from approvals.services import approval_decide
-from checkpoints.errors import CairnError, IntegrityFailure, NotFound
+from cairn.errors import CairnError, IntegrityFailure, NotFound
 from checkpoints.models import RunStatus
 from checkpoints.services.artifacts import artifact_read
-from console.access import console_view
 from tenants import roles
+from tenants.access import console_view
 
 QUEUE_LIMIT = 200
 

@@ -17,7 +17,7 @@ WORKFLOW = {
 
 
 def tenant():  # noqa: ANN201
-    from checkpoints.services.workflows import workflow_register
+    from runtime.services.workflows import workflow_register
     from tenants.models import Tenant
 
     row, _ = Tenant.objects.get_or_create(slug="bench", defaults={"name": "Bench"})
@@ -26,7 +26,7 @@ def tenant():  # noqa: ANN201
 
 
 def new_run(tenant):  # noqa: ANN001, ANN201
-    from checkpoints.services.runs import run_create
+    from runtime.services.runs import run_create
     from tenants.services import Actor
 
     return run_create(

@@ -209,7 +209,7 @@ def restore_case(tenant) -> list[Measurement]:  # noqa: ANN001
     the machine's load falls on all lengths alike.
     """
     from checkpoints.models import Run
-    from checkpoints.runtime.restore import restore_latest
+    from runtime.restore import restore_latest
 
     lengths = [10, 1000] if QUICK else [10, 1000, 10000]
     dsn = db_url()
@@ -248,7 +248,7 @@ def contention_case(tenant, seconds: float = 5.0) -> list[Measurement]:  # noqa:
     """16 writers race on one run for a few seconds; exactly one successor per parent."""
     from django.db import connection
 
-    from checkpoints.errors import ConcurrentCheckpointWrite
+    from cairn.errors import ConcurrentCheckpointWrite
     from checkpoints.models import Checkpoint, Run
     from checkpoints.services.checkpoints import checkpoint_commit, run_verify
     from tenants.services import Actor

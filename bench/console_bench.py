@@ -126,7 +126,7 @@ def seed_real_runs(tenant, user, count: int, checkpoints: int) -> list:  # noqa:
     """Runs made through the services, with evidence, whose pages are timed."""
     from checkpoints.services.artifacts import artifact_store
     from checkpoints.services.checkpoints import checkpoint_commit
-    from checkpoints.services.runs import run_create
+    from runtime.services.runs import run_create
     from tenants.services import Actor
 
     actor = Actor(user=user)
@@ -206,7 +206,7 @@ def main() -> None:
     from django.urls import reverse
 
     from checkpoints.models import Run
-    from checkpoints.services.workflows import workflow_register
+    from runtime.services.workflows import workflow_register
     from tenants.services import Actor, member_set_role
     from tests.factories import SIMPLE_DEFINITION, TenantFactory, UserFactory
 

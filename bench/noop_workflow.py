@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from checkpoints.runtime import StepContext, Workflow
+from runtime import StepContext, Workflow
 
 STEPS = [f"step{i}" for i in range(1, 7)]
 

@@ -96,7 +96,7 @@ def real_runs(tenant, user, *, count: int, length: int, finished: bool) -> list:
 
     from checkpoints.models import Run
     from checkpoints.services.checkpoints import checkpoint_commit
-    from checkpoints.services.runs import run_create
+    from runtime.services.runs import run_create
     from tenants.services import Actor
 
     actor = Actor(user=user)
@@ -224,8 +224,8 @@ def main() -> None:
 
     from checkpoints.models import Checkpoint
     from checkpoints.services.checkpoints import run_verify
-    from checkpoints.services.workflows import workflow_register
     from retention.policies import PolicyInput, retention_policy_save
+    from runtime.services.workflows import workflow_register
     from tenants.services import Actor, tenant_create
     from tests.factories import SIMPLE_DEFINITION
 

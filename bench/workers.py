@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench.common import QUICK, REDIS_URL, ROOT, Measurement
 
-MODULES = "checkpoints.runtime.demo,bench.noop_workflow"
+MODULES = "runtime.demo,bench.noop_workflow"
 
 
 def _worker(
@@ -91,9 +91,9 @@ def worker_case(tenant, dbos_dsn: str) -> list[Measurement]:  # noqa: ANN001
     import bench.noop_workflow  # noqa: F401 - declares the workflows in this process too
     from bench.dbos_proc import DbosProcess
     from checkpoints.models import Checkpoint, OutboxMessage
-    from checkpoints.runtime.registry import workflows_sync
-    from checkpoints.runtime.rescue import runs_rescue
-    from checkpoints.services.runs import run_create
+    from runtime.registry import workflows_sync
+    from runtime.rescue import runs_rescue
+    from runtime.services.runs import run_create
     from tenants.services import Actor
 
     settings.CAIRN_DISPATCH_ON_COMMIT = True

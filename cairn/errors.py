@@ -1,69 +1,161 @@
-"""Project error handlers: a sentence, never a stack trace. API paths answer in the API's
-error shape; console pages get a page that names nothing internal."""
+"""Domain errors. Each carries the API's machine code and HTTP status, and a sentence."""
 
 from __future__ import annotations
 
-import re
-import uuid
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.template import loader
-from django.views import defaults
+class CairnError(Exception):
+    code = "error"
+    status = 400
 
-from checkpoints.api.errors import api_server_error, error_body
-
-API_PREFIX = "/api/"
-
-
-def is_api(request: HttpRequest) -> bool:
-    """Whether the request is for the HTTP API, which answers in its JSON error shape."""
-    return request.path.startswith(API_PREFIX)
+    def __init__(self, detail: str, *, fields: dict | None = None):
+        self.detail = detail
+        self.fields = fields
+        super().__init__(detail)
 
 
-def server_error(request: HttpRequest) -> HttpResponse:
-    if is_api(request):
-        return api_server_error(request)
-    # Rendered without the request: the failure may be the database the header reads.
-    return HttpResponse(loader.get_template("500.html").render(), status=500)
+class InvalidRequest(CairnError):
+    code, status = "invalid_request", 400
 
 
-RUN_PATH = re.compile(r"^/runs/([0-9a-f-]{36})/")
+class NotFound(CairnError):
+    code, status = "not_found", 404
 
 
-def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
-    if is_api(request):
-        return JsonResponse(error_body("not_found", "There is no such API address."), status=404)
-    other = _run_in_another_tenant(request)
-    if other is not None:
-        html = loader.render_to_string(
-            "404.html", {"other_tenant": other, "next_path": request.path}, request=request
-        )
-        return HttpResponse(html, status=404)
-    return defaults.page_not_found(request, exception)
+class PayloadTooLarge(CairnError):
+    code, status = "payload_too_large", 413
 
 
-def _run_in_another_tenant(request: HttpRequest) -> object | None:
-    """The other tenant of the signed-in user whose run a console URL names, when the user
-    may open runs there: the 404 then says where the run is. Nobody learns of a run in a
-    tenant they do not belong to."""
-    from checkpoints.models import Run
-    from tenants import roles
-    from tenants.selectors import request_tenant, tenants_of
-    from tenants.services import permissions_of
+class ConcurrentCheckpointWrite(CairnError):
+    code, status = "concurrent_checkpoint_write", 409
 
-    match = RUN_PATH.match(request.path)
-    user = getattr(request, "user", None)
-    if match is None or user is None or not user.is_authenticated:
-        return None
-    try:
-        run_id = uuid.UUID(match.group(1))
-    except ValueError:
-        return None
-    current = request_tenant(request)
-    tenant_id = Run.objects.filter(pk=run_id).values_list("tenant_id", flat=True).first()
-    if tenant_id is None or (current is not None and tenant_id == current.pk):
-        return None
-    tenant = tenants_of(user).filter(pk=tenant_id).first()
-    if tenant is None or roles.OPERATE not in permissions_of(user=user, tenant=tenant):
-        return None
-    return tenant
+
+class RunNotActive(CairnError):
+    code, status = "run_not_active", 409
+
+
+class LeaseHeld(CairnError):
+    code, status = "lease_held", 409
+
+
+class DefinitionConflict(CairnError):
+    code, status = "definition_conflict", 409
+
+
+class IdempotencyKeyReused(CairnError):
+    code, status = "idempotency_key_reused", 409
+
+
+class OperationStateConflict(CairnError):
+    code, status = "operation_state_conflict", 409
+
+
+class IllegalTransition(CairnError):
+    code, status = "illegal_transition", 422
+
+
+class InvalidEnvelope(CairnError):
+    code, status = "invalid_envelope", 422
+
+
+class InvalidDefinition(CairnError):
+    code, status = "invalid_definition", 422
+
+
+class ArtifactHashMismatch(CairnError):
+    code, status = "artifact_hash_mismatch", 422
+
+
+class SecretInEnvelope(CairnError):
+    code, status = "secret_in_envelope", 422
+
+
+class UnknownWorkflow(CairnError):
+    code, status = "unknown_workflow", 422
+
+
+class BudgetExhausted(CairnError):
+    code, status = "budget_exhausted", 409
+
+
+class IntegrityFailure(CairnError):
+    """Stored data failed its hash or authentication check (tampering or damage)."""
+
+    code, status = "integrity_failure", 409
+
+
+class ActionNotAllowed(CairnError):
+    """An operator action that the run's current status does not permit."""
+
+    code, status = "action_not_allowed", 409
+
+
+class UnknownStep(CairnError):
+    code, status = "unknown_step", 422
+
+
+class UnknownCheckpoint(CairnError):
+    code, status = "unknown_checkpoint", 422
+
+
+# --- approvals (approvals app) -------------------------------------------------------------
+class ApprovalExpired(CairnError):
+    code, status = "approval_expired", 409
+
+
+class ApprovalHashMismatch(ArtifactHashMismatch):
+    """The hash a reviewer saw is not the bound one: a conflict with the request, not bad input."""
+
+    code, status = "artifact_hash_mismatch", 409
+
+
+class ApprovalRequired(CairnError):
+    """A commit leaves an approval state without a granted approval for the run's version."""
+
+    code, status = "approval_required", 409
+
+
+class ApprovalStale(CairnError):
+    code, status = "approval_stale", 409
+
+
+class SelfApprovalForbidden(CairnError):
+    code, status = "self_approval_forbidden", 409
+
+
+class AlreadyDecided(CairnError):
+    code, status = "already_decided", 409
+
+
+class ApprovalClosed(CairnError):
+    """The request was already decided (by others) or used; it takes no more decisions."""
+
+    code, status = "approval_closed", 409
+
+
+class ReviewNotAllowed(CairnError):
+    """The caller holds no review role in the tenant (the services check it, not only views)."""
+
+    code, status = "permission_denied", 403
+
+
+# --- tenants: members, tokens, grants (tenants app) ------------------------------------------
+class LastAdmin(CairnError):
+    """The change would leave a tenant without an admin, and so without anyone to fix it."""
+
+    code, status = "last_admin", 409
+
+
+class TokenNotYours(CairnError):
+    """A person asked for an API token in someone else's name."""
+
+    code, status = "permission_denied", 403
+
+
+class AlreadyMember(CairnError):
+    code, status = "already_member", 409
+
+
+class LegalHoldActive(CairnError):
+    """A deletion was asked for data under legal hold (a run's or the whole tenant's)."""
+
+    code, status = "legal_hold", 409

@@ -15,8 +15,8 @@ from django.core.handlers.wsgi import LimitedStream, WSGIRequest
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
-from cairn.errors import is_api
-from checkpoints.api.errors import api_server_error, error_body
+from api.errors import api_server_error, error_body
+from cairn.error_views import is_api
 
 log = logging.getLogger("cairn.http")
 METRICS_PATH = "/metrics"

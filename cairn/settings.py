@@ -59,9 +59,11 @@ INSTALLED_APPS = [
     "guardian",
     "tenants",
     "checkpoints",
-    # LangGraph threads (checkpoints.integrations.langgraph); never imports LangGraph itself.
-    "checkpoints.integrations.langgraph_store",
+    "runtime",
+    # LangGraph's saver and its thread store; only langgraph_store.saver imports LangGraph.
+    "langgraph_store",
     "approvals",
+    "api",
     "console",
     "retention",
     "observability",
@@ -269,7 +271,7 @@ CAIRN_MODEL_TIMEOUT_SECONDS = env_int("CAIRN_MODEL_TIMEOUT_SECONDS", 60)
 CAIRN_MODEL_COST_PER_1K_TOKENS = float(env("CAIRN_MODEL_COST_PER_1K_TOKENS", "0.002"))
 # Modules that declare workflows in Python (imported by workers, commands and run creation).
 CAIRN_WORKFLOW_MODULES = [
-    m.strip() for m in env("CAIRN_WORKFLOW_MODULES", "checkpoints.runtime.demo").split(",") if m
+    m.strip() for m in env("CAIRN_WORKFLOW_MODULES", "runtime.demo").split(",") if m
 ]
 # Steps one worker runs back to back while it holds a run's lease, before handing over.
 CAIRN_STEPS_PER_TASK = env_int("CAIRN_STEPS_PER_TASK", 20)
@@ -326,10 +328,10 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["tenants.permissions.HasTenantRole"],
-    "DEFAULT_PARSER_CLASSES": ["checkpoints.api.parsers.LimitedJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.LimitedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "checkpoints.api.errors.exception_handler",
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {
@@ -349,7 +351,7 @@ SPECTACULAR_SETTINGS = {
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "checkpoints.api.schema.add_common_responses",
+        "api.schema.add_common_responses",
     ],
 }
 

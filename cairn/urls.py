@@ -4,8 +4,8 @@ from django.urls import include, path
 from observability import views as metrics_views
 
 urlpatterns = [
-    path("api/v1/", include(("checkpoints.api.urls", "api"), namespace="api")),
-    path("api/v1/", include("approvals.api.urls", namespace="approvals_api")),
+    path("api/v1/", include(("api.urls", "api"), namespace="api")),
+    path("api/v1/", include("api.approvals.urls", namespace="approvals_api")),
     path("approvals/", include("approvals.urls", namespace="approvals")),
     path("admin/", admin.site.urls),
     path("metrics", metrics_views.metrics, name="metrics"),
@@ -14,5 +14,5 @@ urlpatterns = [
 ]
 
 # A sentence, never a trace (HTML for the console, the API's error shape under /api/).
-handler404 = "cairn.errors.not_found"
-handler500 = "cairn.errors.server_error"
+handler404 = "cairn.error_views.not_found"
+handler500 = "cairn.error_views.server_error"

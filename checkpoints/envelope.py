@@ -18,7 +18,7 @@ import fastjsonschema
 import jsonschema
 import rfc8785
 
-from checkpoints.errors import InvalidEnvelope
+from cairn.errors import InvalidEnvelope
 
 SCHEMA_VERSION = 2
 SERIALIZER_VERSION = "rfc8785-json-1"

@@ -8,22 +8,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from approvals.models import LIVE_STATUSES
-from checkpoints.errors import CairnError
+from cairn.errors import CairnError
 from checkpoints.models import ExternalOperation, OperationStatus, Run, RunStatus
-from checkpoints.services.actions import (
+from checkpoints.services.budgets import budget_exhausted
+from console import forms_actions as f
+from runtime.services.actions import (
     GRANT_KEYS,
     grant_plan,
     resume_check,
     run_grant_budget,
     run_resume,
 )
-from checkpoints.services.budgets import budget_exhausted
-from checkpoints.services.cancel import cancel_blocking_operations, run_cancel
-from checkpoints.services.forks import run_fork, run_fork_preview
-from checkpoints.services.operations import operation_record_outcome, operations_open
-from checkpoints.services.retry import retry_refusal, run_retry, workflow_steps
-from console import forms_actions as f
-from console.access import ConsoleAccess
+from runtime.services.cancel import cancel_blocking_operations, run_cancel
+from runtime.services.forks import run_fork, run_fork_preview
+from runtime.services.operations import operation_record_outcome, operations_open
+from runtime.services.retry import retry_refusal, run_retry, workflow_steps
+from tenants.access import ConsoleAccess
 
 
 @dataclass

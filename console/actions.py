@@ -18,12 +18,12 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django_htmx.http import HttpResponseClientRedirect
 
-from checkpoints.errors import CairnError, ConcurrentCheckpointWrite, NotFound
+from cairn.errors import CairnError, ConcurrentCheckpointWrite, NotFound
 from checkpoints.models import ExternalOperation, Run, RunStatus
 from console import run_reads
-from console.access import ConsoleAccess, console_view
 from console.action_specs import ACTIONS, Spec, outcome_spec
 from tenants import roles
+from tenants.access import ConsoleAccess, console_view
 
 
 # --- which actions a run offers (no queries: the run page's operations are passed in) --------

@@ -9,11 +9,11 @@ from typing import Any
 from django import forms
 
 from checkpoints.models import Checkpoint, Run
-from checkpoints.services.actions import MAX_REASON
 from checkpoints.services.budgets import BUDGET_LIMIT_MAX
-from checkpoints.services.forks import forkable_sequences
-from checkpoints.services.retry import retry_choices
 from console.form_fields import json_object_from_text
+from runtime.services.actions import MAX_REASON
+from runtime.services.forks import forkable_sequences
+from runtime.services.retry import retry_choices
 
 # The fork form offers this many of the newest checkpoints (the API accepts any).
 FORK_CHOICES_LIMIT = 100

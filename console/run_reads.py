@@ -12,13 +12,13 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from checkpoints.errors import CairnError
+from cairn.errors import CairnError
 from checkpoints.models import Artifact, Checkpoint, ExternalOperation, OperationStatus, Run
 from checkpoints.services.budgets import budget_remaining
 from checkpoints.services.checkpoints import checkpoint_read
-from console.access import ConsoleAccess
 from console.selectors import stalled_before
 from retention.models import ArtifactReference
+from tenants.access import ConsoleAccess
 from tenants.models import AuditEvent, Tenant
 
 TIMELINE_LIMIT = 200

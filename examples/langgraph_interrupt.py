@@ -36,8 +36,8 @@ django.setup()
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 from langgraph.types import Command, interrupt  # noqa: E402
 
-from checkpoints.integrations.langgraph import CairnSaver  # noqa: E402
-from checkpoints.integrations.langgraph_store.selectors import thread_head_run  # noqa: E402
+from langgraph_store.saver import CairnSaver  # noqa: E402
+from langgraph_store.selectors import thread_head_run  # noqa: E402
 
 ACTION = "publish"
 # Each checkpoint is in Cairn before the next step starts, so a crash loses no finished step

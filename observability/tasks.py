@@ -1,8 +1,8 @@
 from celery import shared_task
 
-from checkpoints.runtime.executor import worker_identity
 from observability.counters import counters_rollup
 from observability.latency import latency_rollup
+from runtime.executor import worker_identity
 from scheduling.services import periodic_job_run
 
 

@@ -24,9 +24,6 @@ from datetime import datetime, timedelta
 
 from django.db.models import Exists, F, Model, OuterRef, Q, QuerySet
 
-from checkpoints.integrations.langgraph_store.threads import (
-    WORKFLOW_TYPE as LANGGRAPH_WORKFLOW_TYPE,
-)
 from checkpoints.models import (
     TERMINAL_STATUSES,
     Artifact,
@@ -34,6 +31,9 @@ from checkpoints.models import (
     Checkpoint,
     Run,
     RunStatus,
+)
+from langgraph_store.threads import (
+    WORKFLOW_TYPE as LANGGRAPH_WORKFLOW_TYPE,
 )
 from retention.models import ArtifactReference, RetentionPolicy
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db import connection
 
-from checkpoints.errors import ArtifactHashMismatch
+from cairn.errors import ArtifactHashMismatch
 from checkpoints.models import Artifact, Checkpoint
 from retention.models import ArtifactReference
 

@@ -1,7 +1,7 @@
 from celery import shared_task
 
-from checkpoints.runtime.executor import worker_identity
 from retention.services import retention_apply
+from runtime.executor import worker_identity
 from scheduling.services import periodic_job_run
 
 

@@ -12,9 +12,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from checkpoints.errors import CairnError, InvalidRequest, NotFound
+from cairn.errors import CairnError, InvalidRequest, NotFound
 from checkpoints.models import Run
-from console.access import console_view
 from retention.models import RetentionPolicy
 from retention.policies import (
     PERIODS,
@@ -30,6 +29,7 @@ from retention.policies import (
 )
 from retention.services import retention_preview
 from tenants import roles
+from tenants.access import console_view
 from tenants.models import AuditEvent, Tenant
 
 LABELS = {

@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from checkpoints.errors import NotFound
+from cairn.errors import NotFound
 from checkpoints.models import Run
 from tenants.models import RunGrant, Tenant
 from tenants.services import Actor, audit_record, permissions_of

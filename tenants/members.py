@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
-from checkpoints.errors import AlreadyMember, InvalidRequest, NotFound
+from cairn.errors import AlreadyMember, InvalidRequest, NotFound
 from checkpoints.models import Run
 from tenants import roles
 from tenants.grants import run_grant_create

@@ -14,7 +14,7 @@ from django.db.models import Value
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
-from checkpoints.errors import InvalidRequest, LastAdmin, TokenNotYours
+from cairn.errors import InvalidRequest, LastAdmin, TokenNotYours
 from tenants import roles
 from tenants.models import ApiToken, AuditEvent, RunGrant, Tenant, TenantUserObjectPermission
 

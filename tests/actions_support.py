@@ -6,13 +6,13 @@ from typing import Any
 
 from checkpoints.models import ExternalOperation, OutboxMessage, Run
 from checkpoints.services.checkpoints import checkpoint_commit
-from checkpoints.services.runs import run_create
-from checkpoints.services.workflows import workflow_register
+from runtime.services.runs import run_create
+from runtime.services.workflows import workflow_register
 from tenants.models import AuditEvent
 from tenants.services import Actor
 from tests.protocol_support import approved_evidence, leaves_approval
 
-# A workflow with Python steps (as checkpoints.runtime registers it): steps map state → step.
+# A workflow with Python steps (as runtime registers it): steps map state → step.
 CODED_DEFINITION = {
     "initial": "collect_sources",
     "states": ["collect_sources", "draft_answer", "review", "publish", "done"],

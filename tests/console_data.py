@@ -9,7 +9,7 @@ from django.utils import timezone
 from checkpoints.models import ExternalOperation, OperationStatus, Run
 from checkpoints.services.artifacts import artifact_store
 from checkpoints.services.checkpoints import checkpoint_commit
-from checkpoints.services.runs import run_create
+from runtime.services.runs import run_create
 from tenants.models import Tenant
 from tenants.services import Actor
 

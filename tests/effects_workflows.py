@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from checkpoints.effects import effect_job, effect_perform
-from checkpoints.runtime import StepContext, Workflow
+from runtime import StepContext, Workflow
+from runtime.effects import effect_job, effect_perform
 
 effects_demo = Workflow("effects_demo", version="1")
 

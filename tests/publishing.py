@@ -43,7 +43,7 @@ class PublishingService:
         command = [
             sys.executable,
             "-m",
-            "checkpoints.providers.publishing_service",
+            "runtime.providers.publishing_service",
             "--port",
             str(self.port),
             "--state-file",
@@ -147,7 +147,7 @@ def run_killed_at(
     """Create a run of ``workflow_type`` and let a worker take it until it is SIGKILLed at
     ``boundary`` (the crash matrix and the job tests share this setup, so they kill the same
     way). Returns the run, its count directory and the environment for the next worker."""
-    from checkpoints.services.runs import run_create
+    from runtime.services.runs import run_create
     from tenants.services import Actor
     from tests.worker_fixtures import wait_for
 
@@ -176,7 +176,7 @@ def rescue_with_a_new_worker(run: Any, *, worker_factory: Any, env: dict[str, st
     from django.utils import timezone
 
     from checkpoints.models import Run
-    from checkpoints.runtime.rescue import runs_rescue
+    from runtime.rescue import runs_rescue
     from tests.worker_fixtures import wait_for
 
     wait_for(

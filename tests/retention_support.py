@@ -17,7 +17,7 @@ from django.utils import timezone
 from checkpoints.models import ArtifactKind, Checkpoint, Run, RunStatus
 from checkpoints.services.artifacts import artifact_store
 from checkpoints.services.checkpoints import checkpoint_commit
-from checkpoints.services.runs import run_create
+from runtime.services.runs import run_create
 from tenants.services import Actor
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,9 +9,9 @@ from typing import Any
 from checkpoints import crypto
 from checkpoints import envelope as env
 from checkpoints.models import Checkpoint, Run
-from checkpoints.runtime.executor import run_advance
 from checkpoints.services.checkpoints import checkpoint_envelope, envelope_seal
-from checkpoints.services.runs import run_create
+from runtime.executor import run_advance
+from runtime.services.runs import run_create
 from tenants.services import Actor
 
 

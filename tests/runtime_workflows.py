@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from checkpoints.runtime import StepContext, Workflow
-from checkpoints.runtime.demo import research
+from runtime import StepContext, Workflow
+from runtime.demo import research
 
 
 def _gated(fn, name: str):  # noqa: ANN001, ANN202

@@ -7,7 +7,7 @@ import yaml
 from openapi_spec_validator import validate
 
 from checkpoints.models import Checkpoint, Run, RunStatus
-from checkpoints.services.leases import lease_acquire, lease_release
+from runtime.services.leases import lease_acquire, lease_release
 from tests.actions_support import advance, audit_events, operation, worker_run
 
 pytestmark = pytest.mark.django_db

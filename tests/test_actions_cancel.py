@@ -8,11 +8,11 @@ from collections.abc import Iterator
 import pytest
 
 from checkpoints.models import OperationStatus, RunStatus
-from checkpoints.providers import registry
-from checkpoints.providers.base import Outcome, ProviderResult
-from checkpoints.services.cancel import run_cancel, run_cancel_complete, runs_cancel_sweep
-from checkpoints.services.leases import lease_acquire
-from checkpoints.services.operations import operation_record_outcome
+from runtime.providers import registry
+from runtime.providers.base import Outcome, ProviderResult
+from runtime.services.cancel import run_cancel, run_cancel_complete, runs_cancel_sweep
+from runtime.services.leases import lease_acquire
+from runtime.services.operations import operation_record_outcome
 from tenants.services import Actor
 from tests.actions_support import audit_events, operation, worker_run
 

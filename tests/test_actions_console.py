@@ -8,8 +8,8 @@ from django.template import Context, Template
 from django.test import Client
 
 from checkpoints.models import ExternalOperation, Run, RunStatus
-from checkpoints.services.leases import lease_acquire
-from console.access import ConsoleAccess
+from runtime.services.leases import lease_acquire
+from tenants.access import ConsoleAccess
 from tenants.models import AuditEvent
 from tenants.services import Actor, permissions_of
 from tests.actions_support import advance, audit_events, operation, worker_run

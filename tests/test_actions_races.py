@@ -8,16 +8,16 @@ import threading
 import pytest
 from django.db import connection
 
-from checkpoints.errors import (
+from cairn.errors import (
     ActionNotAllowed,
     ConcurrentCheckpointWrite,
     LeaseHeld,
     RunNotActive,
 )
 from checkpoints.models import Checkpoint, OutboxMessage
-from checkpoints.services.actions import run_grant_budget
-from checkpoints.services.cancel import run_cancel
-from checkpoints.services.retry import run_retry
+from runtime.services.actions import run_grant_budget
+from runtime.services.cancel import run_cancel
+from runtime.services.retry import run_retry
 from tenants.models import AuditEvent
 from tenants.services import Actor
 from tests.actions_support import advance, worker_run

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from checkpoints.errors import (
+from cairn.errors import (
     ActionNotAllowed,
     BudgetExhausted,
     ConcurrentCheckpointWrite,
@@ -18,11 +18,11 @@ from checkpoints.errors import (
 )
 from checkpoints.models import Checkpoint, Run, RunStatus
 from checkpoints.services.artifacts import artifact_store
-from checkpoints.services.cancel import run_cancel
 from checkpoints.services.checkpoints import checkpoint_envelope, run_verify
-from checkpoints.services.forks import merge_patch, run_fork, run_fork_preview
-from checkpoints.services.leases import lease_acquire
-from checkpoints.services.retry import retry_choices, run_retry, workflow_steps
+from runtime.services.cancel import run_cancel
+from runtime.services.forks import merge_patch, run_fork, run_fork_preview
+from runtime.services.leases import lease_acquire
+from runtime.services.retry import retry_choices, run_retry, workflow_steps
 from tenants.services import Actor
 from tests.actions_support import advance, audit_events, operation, resume_messages, worker_run
 

@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from checkpoints.errors import CairnError
+from cairn.errors import CairnError
 from checkpoints.models import Checkpoint, OutboxMessage, Run, RunStatus
-from checkpoints.runtime import Workflow
-from checkpoints.runtime.executor import run_advance
-from checkpoints.runtime.registry import workflow_ensure_registered
-from checkpoints.services.actions import run_grant_budget, run_resume
 from checkpoints.services.checkpoints import run_verify
-from checkpoints.services.forks import run_fork
-from checkpoints.services.retry import run_retry
-from checkpoints.services.runs import run_create
+from runtime import Workflow
+from runtime.executor import run_advance
+from runtime.registry import workflow_ensure_registered
+from runtime.services.actions import run_grant_budget, run_resume
+from runtime.services.forks import run_fork
+from runtime.services.retry import run_retry
+from runtime.services.runs import run_create
 from tenants.models import AuditEvent
 from tenants.services import Actor
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from checkpoints.errors import (
+from cairn.errors import (
     ActionNotAllowed,
     BudgetExhausted,
     ConcurrentCheckpointWrite,
@@ -16,9 +16,9 @@ from checkpoints.errors import (
     RunNotActive,
 )
 from checkpoints.models import Checkpoint, OutboxMessage, RunStatus
-from checkpoints.services.actions import run_grant_budget, run_resume
-from checkpoints.services.cancel import run_cancel, run_cancel_complete, runs_cancel_sweep
 from checkpoints.services.checkpoints import checkpoint_commit
+from runtime.services.actions import run_grant_budget, run_resume
+from runtime.services.cancel import run_cancel, run_cancel_complete, runs_cancel_sweep
 from tenants.services import Actor
 from tests.actions_support import advance, audit_events, operation, resume_messages, worker_run
 

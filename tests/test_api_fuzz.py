@@ -25,7 +25,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import status_code_conformance
 
 from cairn.wsgi import application
-from checkpoints.services.operations import operation_reserve
+from runtime.services.operations import operation_reserve
 from tenants.services import Actor, token_issue
 from tests.approvals_support import ask, at_review, draft
 

@@ -9,7 +9,7 @@ from django.test import Client
 from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.services import approval_expire_due
 from checkpoints.models import Run, RunStatus
-from checkpoints.services.cancel import run_cancel
+from runtime.services.cancel import run_cancel
 from tenants.services import Actor
 from tests.approvals_support import ask, at_review, draft, worker_run
 

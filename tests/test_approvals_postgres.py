@@ -9,7 +9,7 @@ from django.db import connection
 
 from approvals.models import ApprovalDecision, ApprovalStatus
 from approvals.services import approval_consume
-from checkpoints.errors import CairnError
+from cairn.errors import CairnError
 from checkpoints.models import OutboxMessage
 from tenants.services import Actor
 from tests.approvals_support import ask, at_review, decide, draft, worker_run

@@ -18,7 +18,7 @@ from approvals.services import (
     approval_gate,
     approval_request_create,
 )
-from checkpoints.errors import (
+from cairn.errors import (
     AlreadyDecided,
     ApprovalClosed,
     ApprovalExpired,

@@ -12,9 +12,9 @@ from django.test import Client
 
 from approvals.models import ApprovalRequest, ApprovalStatus
 from checkpoints.models import Checkpoint, ExternalOperation, Run, RunStatus
-from checkpoints.runtime.executor import run_advance
 from checkpoints.services.checkpoints import checkpoint_envelope, latest_envelope
-from checkpoints.services.retry import run_retry
+from runtime.executor import run_advance
+from runtime.services.retry import run_retry
 from tenants.services import Actor
 from tests.approvals_support import decide, start_demo
 from tests.worker_fixtures import wait_for

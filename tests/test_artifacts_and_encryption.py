@@ -7,9 +7,9 @@ from django.core.files.storage import default_storage
 from django.core.management import call_command
 from django.db import connection
 
+from cairn.errors import IntegrityFailure
 from checkpoints import crypto
 from checkpoints.crypto import new_key_spec
-from checkpoints.errors import IntegrityFailure
 from checkpoints.models import Artifact, Checkpoint
 from checkpoints.services.artifacts import artifact_content, artifact_store
 from checkpoints.services.checkpoints import checkpoint_commit, checkpoint_envelope

@@ -15,8 +15,8 @@ import tracemalloc
 import pytest
 from django.core.files.storage import default_storage
 
+from cairn.errors import IntegrityFailure
 from checkpoints import artifact_sealing, crypto
-from checkpoints.errors import IntegrityFailure
 from checkpoints.models import Artifact
 from checkpoints.services.artifacts import artifact_content, artifact_reseal, artifact_store
 

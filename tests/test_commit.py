@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from checkpoints.errors import (
+from cairn.errors import (
     ArtifactHashMismatch,
     ConcurrentCheckpointWrite,
     IllegalTransition,

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest, ApprovalStatus
-from checkpoints.errors import ApprovalRequired
+from cairn.errors import ApprovalRequired
 from checkpoints.models import Checkpoint, Run
 from checkpoints.services.checkpoints import checkpoint_commit
 from tenants.services import Actor

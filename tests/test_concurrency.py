@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 from django.db import connection
 
-from checkpoints.errors import ConcurrentCheckpointWrite
+from cairn.errors import ConcurrentCheckpointWrite
 from checkpoints.models import Checkpoint, OutboxMessage, Run
 from checkpoints.services.checkpoints import checkpoint_commit, run_verify
 from tenants.services import Actor, token_issue

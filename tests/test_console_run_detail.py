@@ -12,8 +12,8 @@ from django.urls import reverse
 
 from checkpoints.models import Artifact, Checkpoint, Run
 from checkpoints.services.checkpoints import checkpoint_commit
-from console.access import ConsoleAccess
 from console.run_reads import envelope_for_page
+from tenants.access import ConsoleAccess
 from tenants.models import AuditEvent
 from tenants.services import Actor, permissions_of
 from tests.console_data import DRAFT_TEXT, plain_run, story_run

@@ -11,8 +11,8 @@ from django.test import Client
 
 from approvals.models import ApprovalStatus
 from checkpoints.models import RunStatus
-from checkpoints.services.actions import run_grant_budget
-from checkpoints.services.operations import operation_record_outcome
+from runtime.services.actions import run_grant_budget
+from runtime.services.operations import operation_record_outcome
 from tenants.services import Actor
 from tests.actions_support import advance, operation, worker_run
 from tests.approvals_support import ask, at_review, draft, expire_now

@@ -76,7 +76,7 @@ def test_any_other_unhandled_api_error_is_the_api_500_with_debug_on(
 ):  # noqa: ANN001
     """Not only the database: with DEBUG on, a bug in a view is the API's 500, not the page
     with the settings (the traceback goes to the log)."""
-    from checkpoints.api import views
+    from api import views
 
     def broken(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise RuntimeError("a bug")

@@ -10,10 +10,10 @@ from django.test import Client
 from django.urls import reverse
 
 from approvals.models import ApprovalRequest, ApprovalStatus
-from checkpoints.errors import ActionNotAllowed, ApprovalStale
+from cairn.errors import ActionNotAllowed, ApprovalStale
 from checkpoints.models import Run, RunStatus
-from checkpoints.runtime.executor import run_advance
-from checkpoints.services.actions import run_resume
+from runtime.executor import run_advance
+from runtime.services.actions import run_resume
 from tenants.services import Actor
 from tests.approvals_support import ask, at_review, decide, draft, move, start_demo
 from tests.console_data import story_run

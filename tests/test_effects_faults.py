@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from checkpoints.effects import effect_perform
 from checkpoints.models import Checkpoint, ExternalOperation, Run, RunStatus
-from checkpoints.runtime import Workflow
-from checkpoints.runtime.executor import run_advance
-from checkpoints.services.cancel import run_cancel
 from checkpoints.services.checkpoints import checkpoint_envelope, run_verify
-from checkpoints.services.operations import operation_reserve
-from checkpoints.services.runs import run_create
+from runtime import Workflow
+from runtime.effects import effect_perform
+from runtime.executor import run_advance
+from runtime.services.cancel import run_cancel
+from runtime.services.operations import operation_reserve
+from runtime.services.runs import run_create
 from tenants.models import AuditEvent
 from tenants.services import Actor
 from tests.effects_workflows import effects_demo, runs_of, target_of
@@ -239,7 +239,7 @@ def test_an_operator_who_finds_nothing_published_lets_the_step_send_a_new_reques
 def test_a_step_that_would_send_a_different_request_under_its_key_fails_unsent(
     acme, service, count_dir
 ):
-    from checkpoints.effects import effect_key
+    from runtime.effects import effect_key
 
     run = start(acme, count_dir)
     key = effect_key(run_id=run.pk, step="publish", action="publish", target=target_of(run.pk))

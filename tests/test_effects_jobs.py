@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from checkpoints.effects import JOB_BOUNDARIES
 from checkpoints.models import ExternalOperation, Run, RunStatus
 from checkpoints.services.checkpoints import run_verify
+from runtime.effects import JOB_BOUNDARIES
 from tests.effects_workflows import runs_of, target_of
 from tests.publishing import rescue_with_a_new_worker, run_killed_at
 from tests.worker_fixtures import wait_for

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from checkpoints.providers.base import EffectRequest, Outcome
-from checkpoints.providers.http import HttpProvider
+from runtime.providers.base import EffectRequest, Outcome
+from runtime.providers.http import HttpProvider
 from tests.publishing import PublishingService, free_port
 
 REQUEST = EffectRequest(

@@ -7,8 +7,8 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cairn.errors import InvalidEnvelope
 from checkpoints.envelope import _find_secret_path, canonical_json, find_secret
-from checkpoints.errors import InvalidEnvelope
 
 keys = st.text(max_size=8) | st.sampled_from(["\U0001f600", "\ue000", "a\U00010000", "é", "Z"])
 scalars = (

@@ -17,12 +17,10 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from cairn.errors import ConcurrentCheckpointWrite
 from checkpoints import crypto
 from checkpoints import envelope as env
-from checkpoints.errors import ConcurrentCheckpointWrite
 from checkpoints.models import Checkpoint, OutboxMessage, Run, RunStatus
-from checkpoints.runtime.lease import LeaseKeeper
-from checkpoints.runtime.registry import workflows_sync
 from checkpoints.services import outbox
 from checkpoints.services.checkpoints import (
     checkpoint_commit,
@@ -31,8 +29,10 @@ from checkpoints.services.checkpoints import (
     run_verify,
 )
 from checkpoints.services.commit_sql import RunHead
-from checkpoints.services.leases import lease_acquire
-from checkpoints.services.runs import run_create
+from runtime.lease import LeaseKeeper
+from runtime.registry import workflows_sync
+from runtime.services.leases import lease_acquire
+from runtime.services.runs import run_create
 from tenants.services import Actor
 from tests.runtime_support import advance
 from tests.runtime_workflows import NOOP_STEPS
@@ -192,7 +192,7 @@ def test_a_lean_step_is_one_read_and_one_commit(acme, noop_six, settings):
     run = _worker_run(acme)
     run.refresh_from_db()
     statements = []
-    from checkpoints.runtime import executor
+    from runtime import executor
 
     real = executor._Advance.next_step
 
@@ -404,7 +404,7 @@ def test_the_compiled_schema_gives_the_verdict_jsonschema_gives(edits):
 def test_the_rescue_supersedes_a_dead_workers_taken_command_with_one_of_its_own(
     acme, noop_six, settings
 ):
-    from checkpoints.runtime.rescue import runs_rescue
+    from runtime.rescue import runs_rescue
 
     run = _worker_run(acme)
     result = _continuing_commit(acme, run)

@@ -12,8 +12,8 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 from langgraph.checkpoint.conformance.report import CapabilityReport, ProgressCallbacks
 
-from checkpoints.integrations.langgraph import AsyncCairnSaver
 from checkpoints.models import Run
+from langgraph_store.saver import AsyncCairnSaver
 
 # The suite reaches the database from asgiref's executor thread: committed data, one file.
 pytestmark = pytest.mark.django_db(transaction=True)

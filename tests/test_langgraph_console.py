@@ -8,8 +8,8 @@ from django.test import Client
 from django.urls import reverse
 from langgraph.types import Command
 
-from checkpoints.integrations.langgraph import CairnSaver
-from checkpoints.integrations.langgraph_store.selectors import thread_runs
+from langgraph_store.saver import CairnSaver
+from langgraph_store.selectors import thread_runs
 from tests.test_langgraph_saver import config, interrupt_graph
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 
-from checkpoints.errors import ConcurrentCheckpointWrite, RunNotActive
-from checkpoints.integrations.langgraph import CairnSaver
-from checkpoints.integrations.langgraph_store.models import LangGraphCheckpoint
-from checkpoints.integrations.langgraph_store.selectors import thread_head_run
+from cairn.errors import ConcurrentCheckpointWrite, RunNotActive
 from checkpoints.models import Checkpoint
-from checkpoints.services.cancel import run_cancel
+from langgraph_store.models import LangGraphCheckpoint
+from langgraph_store.saver import CairnSaver
+from langgraph_store.selectors import thread_head_run
+from runtime.services.cancel import run_cancel
 from tenants.services import Actor
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -17,20 +17,20 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 
+from cairn.errors import IntegrityFailure, InvalidRequest, LegalHoldActive
 from checkpoints.crypto import new_key_spec
-from checkpoints.errors import IntegrityFailure, InvalidRequest, LegalHoldActive
-from checkpoints.integrations.langgraph import CairnSaver
-from checkpoints.integrations.langgraph_store import payloads, services
-from checkpoints.integrations.langgraph_store.models import (
+from checkpoints.models import Checkpoint, Run
+from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.keys import keys_rotate
+from langgraph_store import payloads, services
+from langgraph_store.models import (
     LangGraphBlob,
     LangGraphCheckpoint,
     LangGraphThread,
     LangGraphWrite,
 )
-from checkpoints.integrations.langgraph_store.selectors import thread_runs
-from checkpoints.models import Checkpoint, Run
-from checkpoints.services.checkpoints import run_verify
-from checkpoints.services.keys import keys_rotate
+from langgraph_store.saver import CairnSaver
+from langgraph_store.selectors import thread_runs
 from retention.policies import PolicyInput, legal_hold_set, retention_policy_save
 from retention.services import retention_apply, retention_preview
 from tenants.models import AuditEvent, Tenant
@@ -290,10 +290,10 @@ def test_cairn_runs_without_langgraph_installed():
         "import sys; sys.modules['langgraph'] = sys.modules['langchain_core'] = None\n"
         "import django; django.setup()\n"
         "from django.core.management import call_command; call_command('check')\n"
-        "import checkpoints.integrations.langgraph_store.maintenance\n"
-        "import checkpoints.integrations.langgraph_store.selectors\n"
+        "import langgraph_store.maintenance\n"
+        "import langgraph_store.selectors\n"
         "import checkpoints.services.keys\n"
-        "try:\n    import checkpoints.integrations.langgraph\nexcept ImportError: pass\n"
+        "try:\n    import langgraph_store.saver\nexcept ImportError: pass\n"
         "else:\n    sys.exit('the saver imported without LangGraph')\n"
     )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}

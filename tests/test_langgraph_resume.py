@@ -15,9 +15,9 @@ import pytest
 from django.db import connection
 
 from approvals.models import ApprovalRequest
-from checkpoints.integrations.langgraph_store.models import LangGraphCheckpoint
-from checkpoints.integrations.langgraph_store.selectors import thread_head_run, thread_runs
 from checkpoints.services.checkpoints import run_verify
+from langgraph_store.models import LangGraphCheckpoint
+from langgraph_store.selectors import thread_head_run, thread_runs
 from tests.approvals_support import decide
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -17,12 +17,12 @@ from langgraph.checkpoint.serde.types import INTERRUPT
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
-from checkpoints.integrations.langgraph import AsyncCairnSaver, CairnSaver
-from checkpoints.integrations.langgraph_store import threads
-from checkpoints.integrations.langgraph_store.models import LangGraphCheckpoint
-from checkpoints.integrations.langgraph_store.selectors import thread_runs
 from checkpoints.models import Checkpoint, Run
 from checkpoints.services.checkpoints import checkpoint_envelope, run_verify
+from langgraph_store import threads
+from langgraph_store.models import LangGraphCheckpoint
+from langgraph_store.saver import AsyncCairnSaver, CairnSaver
+from langgraph_store.selectors import thread_runs
 
 # LangGraph stores from its own worker threads: they must see committed data.
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 from approvals.models import ApprovalDecision
-from checkpoints.services.runs import run_create
+from runtime.services.runs import run_create
 from tenants import roles
 from tenants.grants import run_grant_create, run_grant_revoke, run_grant_to_member
 from tenants.models import AuditEvent, RunGrant
@@ -155,7 +155,7 @@ def test_removing_a_member_withdraws_their_run_grants(acme, alice, bob, carol, r
 
 
 def test_a_grant_names_a_run_of_the_tenant(globex, charlie, carol, run):  # noqa: ANN001
-    from checkpoints.errors import NotFound
+    from cairn.errors import NotFound
 
     with pytest.raises(NotFound):
         run_grant_create(tenant=globex, run_id=run.pk, user=carol, actor=Actor(user=charlie))
@@ -210,7 +210,7 @@ def test_it_refuses_a_run_grant_to_anyone_but_a_member_without_saying_who_exists
 
 
 def test_the_grant_service_refuses_a_member_of_another_tenant_only(acme, alice, charlie, run):  # noqa: ANN001
-    from checkpoints.errors import NotFound
+    from cairn.errors import NotFound
 
     with pytest.raises(NotFound) as refused:
         run_grant_to_member(tenant=acme, run_id=run.pk, username="charlie", actor=Actor(user=alice))

@@ -227,7 +227,7 @@ def test_no_admin_can_mint_a_password_link_for_an_account_others_rely_on(acme, g
     shared.save()
     member_set_role(tenant=globex, user=shared, role="reviewer", actor=Actor.system("t"))
     member_set_role(tenant=acme, user=shared, role="reviewer", actor=Actor.system("t"))
-    from checkpoints.errors import InvalidRequest
+    from cairn.errors import InvalidRequest
 
     with pytest.raises(InvalidRequest):
         member_password_link(tenant=acme, user=shared, actor=Actor(user=alice))
@@ -428,7 +428,7 @@ def test_another_tenants_token_cannot_be_revoked_from_here(admin, globex, charli
 
 
 def test_a_token_is_only_issued_to_members(acme, charlie):  # noqa: ANN001
-    from checkpoints.errors import InvalidRequest
+    from cairn.errors import InvalidRequest
 
     with pytest.raises(InvalidRequest):
         token_issue(tenant=acme, user=charlie, actor=Actor.system("t"))

@@ -9,7 +9,7 @@ import threading
 import pytest
 from django.db import connection, connections, transaction
 
-from checkpoints.errors import LastAdmin
+from cairn.errors import LastAdmin
 from tenants import roles
 from tenants.services import Actor, member_set_role, permissions_of
 from tests.factories import UserFactory

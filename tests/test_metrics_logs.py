@@ -10,9 +10,9 @@ import logging
 import pytest
 from django.conf import settings
 
-from checkpoints.errors import IllegalTransition
+from cairn.errors import IllegalTransition
 from checkpoints.services.checkpoints import checkpoint_commit
-from checkpoints.services.runs import run_create
+from runtime.services.runs import run_create
 from tenants.services import Actor
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -14,11 +14,11 @@ import threading
 import pytest
 from django.db import connection, connections, transaction
 
-from checkpoints.errors import IdempotencyKeyReused, RunNotActive
+from cairn.errors import IdempotencyKeyReused, RunNotActive
 from checkpoints.models import ExternalOperation, RunStatus
-from checkpoints.services.cancel import run_cancel
-from checkpoints.services.operations import operation_reserve
-from checkpoints.services.runs import run_create
+from runtime.services.cancel import run_cancel
+from runtime.services.operations import operation_reserve
+from runtime.services.runs import run_create
 from tenants.models import AuditEvent
 from tenants.services import Actor
 

@@ -9,17 +9,17 @@ import pytest
 from django.utils import timezone
 
 from checkpoints.models import Execution, ExternalOperation, Run, RunStatus
-from checkpoints.providers import registry
-from checkpoints.providers.base import EffectRequest, ProviderResult
-from checkpoints.providers.http import HttpProvider
-from checkpoints.runtime import hooks
-from checkpoints.runtime.rescue import runs_rescue
-from checkpoints.services.operations import (
+from runtime import hooks
+from runtime.providers import registry
+from runtime.providers.base import EffectRequest, ProviderResult
+from runtime.providers.http import HttpProvider
+from runtime.rescue import runs_rescue
+from runtime.services.operations import (
     operation_mark_pending,
     operation_mark_unknown,
     operation_reserve,
 )
-from checkpoints.services.reconcile import run_reconcile
+from runtime.services.reconcile import run_reconcile
 from tenants.models import AuditEvent
 from tenants.services import Actor
 from tests.publishing import free_port

@@ -8,16 +8,16 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from checkpoints import crypto
-from checkpoints.errors import (
+from cairn.errors import (
     IdempotencyKeyReused,
     InvalidRequest,
     OperationStateConflict,
     RunNotActive,
     SecretInEnvelope,
 )
+from checkpoints import crypto
 from checkpoints.models import ExternalOperation, OperationStatus, Run, RunStatus
-from checkpoints.services.operations import (
+from runtime.services.operations import (
     operation_attempt,
     operation_confirm,
     operation_fail,
@@ -30,8 +30,8 @@ from checkpoints.services.operations import (
     operations_stalled,
     request_fingerprint,
 )
-from checkpoints.services.runs import run_create
-from checkpoints.services.workflows import workflow_register
+from runtime.services.runs import run_create
+from runtime.services.workflows import workflow_register
 from tenants.models import AuditEvent
 from tenants.services import Actor
 from tests.factories import SIMPLE_DEFINITION
@@ -134,7 +134,7 @@ def test_it_reserves_nothing_for_a_finished_run(run):
 
 
 def test_it_reserves_nothing_for_a_run_being_cancelled_but_answers_an_earlier_key(run, bob):
-    from checkpoints.services.cancel import run_cancel
+    from runtime.services.cancel import run_cancel
 
     earlier, _ = reserve(run, key="earlier")
     cancelling = run_cancel(
@@ -308,7 +308,7 @@ def test_stalled_operations_are_those_pending_longer_than_the_threshold(run, set
 
 
 def test_settling_the_last_open_operation_finishes_a_cancel(run, bob):
-    from checkpoints.services.cancel import run_cancel
+    from runtime.services.cancel import run_cancel
 
     operation, _ = reserve(run)
     settle(operation, "pending")

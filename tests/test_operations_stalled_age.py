@@ -13,12 +13,12 @@ from django.urls import reverse
 from django.utils import timezone
 
 from checkpoints.models import ExternalOperation, Run
-from checkpoints.services.operations import (
+from observability.alerts import alerts_for_tenant
+from runtime.services.operations import (
     operation_attempt,
     operation_mark_pending,
     operation_reserve,
 )
-from observability.alerts import alerts_for_tenant
 from tenants.services import Actor
 
 pytestmark = pytest.mark.django_db

@@ -6,7 +6,7 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 
 from checkpoints.models import Checkpoint
-from checkpoints.services.runs import run_create
+from runtime.services.runs import run_create
 from tenants.services import Actor
 
 pytestmark = pytest.mark.postgres

@@ -11,13 +11,13 @@ from django.core.files.storage import default_storage
 from django.core.management import call_command
 from django.utils import timezone
 
-from checkpoints.errors import ArtifactHashMismatch, InvalidRequest, NotFound
+from cairn.errors import ArtifactHashMismatch, InvalidRequest, NotFound
 from checkpoints.models import ACTIVE_STATUSES, Artifact, ArtifactKind, Checkpoint, Run, RunStatus
 from checkpoints.services.checkpoints import checkpoint_commit, run_verify
-from checkpoints.services.forks import run_fork
 from retention.models import ArtifactReference, CompactionRecord, RetentionPolicy
 from retention.policies import PolicyInput, legal_hold_set, policy_build, retention_policy_save
 from retention.services import retention_apply, retention_preview
+from runtime.services.forks import run_fork
 from tenants.models import AuditEvent
 from tenants.services import Actor
 from tests.retention_support import artifact, build, ref

@@ -12,11 +12,11 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from checkpoints.models import Checkpoint, Run, RunStatus
-from checkpoints.runtime.executor import run_advance
 from checkpoints.services.checkpoints import run_verify
-from checkpoints.services.runs import run_create
 from retention.policies import PolicyInput, retention_policy_save
 from retention.services import retention_apply
+from runtime.executor import run_advance
+from runtime.services.runs import run_create
 from tenants.services import Actor
 from tests.approvals_support import decide, start_demo
 from tests.effects_workflows import effects_demo

@@ -18,9 +18,9 @@ import pytest
 from django.utils import timezone
 
 from checkpoints.models import Run, RunStatus, WebhookDelivery
-from checkpoints.runtime.status import run_pause_for_review
-from checkpoints.services.actions import run_resume
-from checkpoints.services.webhooks import webhooks_deliver
+from runtime.services.actions import run_resume
+from runtime.services.webhooks import webhooks_deliver
+from runtime.status import run_pause_for_review
 from tenants.services import Actor, token_issue
 from tests.approvals_support import ask, at_review, decide, draft
 

@@ -7,11 +7,11 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from checkpoints.models import WorkflowDefinition
-from checkpoints.runtime import Workflow
-from checkpoints.runtime.definition import WorkflowDeclarationError
-from checkpoints.runtime.demo import research
-from checkpoints.runtime.registry import registry_add, registry_remove
-from checkpoints.services.workflows import definition_normalize
+from runtime import Workflow
+from runtime.definition import WorkflowDeclarationError
+from runtime.demo import research
+from runtime.registry import registry_add, registry_remove
+from runtime.services.workflows import definition_normalize
 from tests.runtime_support import start
 
 

@@ -9,9 +9,9 @@ import pytest
 from django.utils import timezone
 
 from checkpoints.models import Checkpoint, OutboxMessage, Run, RunStatus
-from checkpoints.runtime import Next, PermanentStepError, RetryableStepError, Workflow
 from checkpoints.services.checkpoints import run_verify
-from checkpoints.services.leases import lease_acquire
+from runtime import Next, PermanentStepError, RetryableStepError, Workflow
+from runtime.services.leases import lease_acquire
 from tests.runtime_support import advance, envelope_at, start
 
 pytestmark = pytest.mark.django_db
@@ -203,7 +203,7 @@ def test_a_crash_loop_never_grants_new_attempts(acme):
             tenant=acme, run_id=run.pk, owner=dead, ttl_seconds=60, expected_version=run.version
         )
         # What run_advance does before calling the step: count the attempt under the lease.
-        from checkpoints.runtime.lease import LeaseKeeper
+        from runtime.lease import LeaseKeeper
 
         LeaseKeeper(run=run, owner=dead, version=run.version, ttl_seconds=60).charge(
             attempts_used=1
@@ -273,7 +273,7 @@ def test_a_worker_hands_over_after_its_batch_of_steps(acme, settings):
 
 
 def test_a_command_for_a_run_its_caller_drives_is_ignored(acme):
-    from checkpoints.services.runs import run_create
+    from runtime.services.runs import run_create
     from tenants.services import Actor
 
     run = run_create(
@@ -323,9 +323,9 @@ def test_the_effect_api_reaches_no_private_part_of_the_step_context() -> None:
     import ast
     from pathlib import Path
 
-    import checkpoints.effects
+    import runtime.effects
 
-    tree = ast.parse(Path(checkpoints.effects.__file__).read_text())
+    tree = ast.parse(Path(runtime.effects.__file__).read_text())
     private = sorted(
         {
             node.attr

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from checkpoints.runtime.models import (
+from runtime.model_client import (
     LocalModel,
     ModelError,
     OpenAICompatibleModel,

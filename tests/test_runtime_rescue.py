@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from checkpoints import tasks
 from checkpoints.models import OutboxMessage, Run, RunStatus
 from checkpoints.services.outbox import outbox_enqueue
+from runtime import tasks
 from tests.runtime_support import start
 
 pytestmark = pytest.mark.django_db
@@ -113,7 +113,7 @@ def test_the_outbox_sweep_publishes_a_delayed_command_once_it_is_due(quiet_run):
 
 def test_the_outbox_sweep_reports_an_idle_worker_as_alive(db, monkeypatch):  # noqa: ANN001
     from checkpoints.models import WorkerHeartbeat
-    from checkpoints.runtime import executor
+    from runtime import executor
 
     monkeypatch.setattr(executor, "_heartbeat_at", 0.0)
     assert not WorkerHeartbeat.objects.exists()

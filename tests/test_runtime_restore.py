@@ -10,9 +10,9 @@ import pytest
 from django.core.files.storage import default_storage
 
 from checkpoints.models import Artifact, Checkpoint, Run, RunStatus
-from checkpoints.runtime import Workflow
-from checkpoints.runtime.registry import registry_add, workflow_code
 from checkpoints.services.checkpoints import run_verify
+from runtime import Workflow
+from runtime.registry import registry_add, workflow_code
 from tenants.models import AuditEvent
 from tests.runtime_support import advance, checkpoint_write_raw, envelope_at, start
 

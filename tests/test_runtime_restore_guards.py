@@ -9,9 +9,9 @@ import pytest
 
 from checkpoints.crypto import new_key_spec
 from checkpoints.models import OutboxMessage, Run, RunStatus
-from checkpoints.runtime import Workflow
-from checkpoints.runtime.registry import registry_add
-from checkpoints.runtime.rescue import runs_rescue
+from runtime import Workflow
+from runtime.registry import registry_add
+from runtime.rescue import runs_rescue
 from tests.runtime_support import advance, start
 
 pytestmark = pytest.mark.django_db

@@ -14,10 +14,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from checkpoints.models import Run, RunStatus
-from checkpoints.runtime import Next, Workflow
-from checkpoints.runtime.errors import LeaseLost
-from checkpoints.runtime.lease import LeaseKeeper
-from checkpoints.services.leases import lease_acquire
+from runtime import Next, Workflow
+from runtime.errors import LeaseLost
+from runtime.lease import LeaseKeeper
+from runtime.services.leases import lease_acquire
 from tests.runtime_support import advance, envelope_at, start
 
 pytestmark = pytest.mark.django_db

@@ -18,11 +18,11 @@ from django.test import Client
 from django.urls import path
 from rest_framework.views import APIView
 
+from api.parsers import LimitedJSONParser
+from api.views import RawBytesParser
 from cairn.celery import app as celery_app
 from cairn.urls import handler404, handler500  # noqa: F401 - the test URLconf's handlers
 from cairn.urls import urlpatterns as project_urlpatterns
-from checkpoints.api.parsers import LimitedJSONParser
-from checkpoints.api.views import RawBytesParser
 from tenants import roles
 from tenants.services import permissions_of
 from tests.security_support import WRITE_METHODS, served_methods, walk

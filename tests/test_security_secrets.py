@@ -184,8 +184,8 @@ def test_a_missing_file_names_the_reference_only(secrets_dir):  # noqa: ANN001
 
 
 def test_one_implementation_serves_the_providers_and_the_runtime():
-    from checkpoints.providers import http
-    from checkpoints.runtime import models
+    from runtime import model_client as models
+    from runtime.providers import http
 
     assert http.secret_resolve is secret_resolve
     assert models.secret_resolve is secret_resolve

@@ -27,8 +27,8 @@ WRITERS = 20
 
 SEED = """
 import json
-from checkpoints.services.runs import run_create
-from checkpoints.services.workflows import workflow_register
+from runtime.services.runs import run_create
+from runtime.services.workflows import workflow_register
 from tenants.services import Actor, member_set_role, token_issue
 from tests.factories import SIMPLE_DEFINITION, TenantFactory, UserFactory
 acme = TenantFactory(slug="acme")

@@ -8,10 +8,10 @@ import pytest
 from django.utils import timezone
 
 from checkpoints.models import Checkpoint, OutboxMessage, Run, RunStatus
-from checkpoints.runtime.rescue import runs_rescue
 from checkpoints.services.checkpoints import run_verify
 from checkpoints.services.outbox import outbox_enqueue
-from checkpoints.services.runs import run_create
+from runtime.rescue import runs_rescue
+from runtime.services.runs import run_create
 from tenants.services import Actor
 from tests.runtime_workflows import GATED_STEPS
 from tests.worker_fixtures import wait_for

@@ -28,7 +28,7 @@ from django.conf import settings as django_settings
 from django.db import connection
 
 REPO = Path(__file__).resolve().parent.parent
-TEST_WORKFLOW_MODULES = "checkpoints.runtime.demo,tests.runtime_workflows"
+TEST_WORKFLOW_MODULES = "runtime.demo,tests.runtime_workflows"
 
 
 def wait_for(predicate: Callable[[], object], *, what: str, timeout: float = 60.0) -> object:

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from approvals import signals
 from approvals.models import LIVE_STATUSES, ApprovalRequest, ApprovalStatus
-from checkpoints.errors import NotFound
+from cairn.errors import NotFound
 from checkpoints.models import ACTIVE_STATUSES, Artifact, Checkpoint, Run, RunStatus
 from tenants import roles
 from tenants.models import Tenant

@@ -19,7 +19,7 @@ from approvals.models import (
 )
 from approvals.services._common import MAX_COMMENT, RUN_OPEN_STATUSES, may_review, send_after_commit
 from approvals.services.expiry import expire_request
-from checkpoints.errors import (
+from cairn.errors import (
     AlreadyDecided,
     ApprovalClosed,
     ApprovalExpired,

@@ -13,7 +13,7 @@ from django.utils import timezone
 from approvals.models import LIVE_STATUSES, ApprovalRequest, ApprovalStatus
 from approvals.services._common import lock_run, request_insert, run_starter, uuid_or_none
 from approvals.services.expiry import expire_request
-from checkpoints.errors import (
+from cairn.errors import (
     ApprovalClosed,
     ApprovalExpired,
     ApprovalHashMismatch,

@@ -18,7 +18,7 @@ from approvals.services._common import (
     request_insert,
     uuid_or_none,
 )
-from checkpoints.errors import ArtifactHashMismatch, InvalidRequest, RunNotActive
+from cairn.errors import ArtifactHashMismatch, InvalidRequest, RunNotActive
 from checkpoints.models import Artifact
 from tenants.models import Tenant
 from tenants.services import Actor

@@ -22,8 +22,8 @@ from django.core.files.base import File
 from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
 
+from cairn.errors import IntegrityFailure, InvalidRequest, NotFound, PayloadTooLarge
 from checkpoints import artifact_sealing, crypto
-from checkpoints.errors import IntegrityFailure, InvalidRequest, NotFound, PayloadTooLarge
 from checkpoints.models import Artifact, ArtifactKind
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record

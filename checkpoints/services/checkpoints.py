@@ -22,9 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from checkpoints import crypto
-from checkpoints import envelope as env
-from checkpoints.errors import (
+from cairn.errors import (
     ArtifactHashMismatch,
     CairnError,
     ConcurrentCheckpointWrite,
@@ -37,6 +35,8 @@ from checkpoints.errors import (
     RunNotActive,
     SecretInEnvelope,
 )
+from checkpoints import crypto
+from checkpoints import envelope as env
 from checkpoints.models import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -630,7 +630,7 @@ def _commit_execute(write: commit_sql.CommitWrite, full: dict[str, Any]) -> int 
 
 
 def transition_ok(run: Run | RunHead, state: str) -> bool:
-    from checkpoints.services.workflows import transition_allowed
+    from runtime.services.workflows import transition_allowed
 
     definition = run.definition if isinstance(run, RunHead) else run.workflow.definition
     if state not in definition["states"]:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
-from checkpoints.errors import (
+from cairn.errors import (
     ApprovalExpired,
     ApprovalHashMismatch,
     ApprovalRequired,

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
+from cairn.errors import IntegrityFailure
 from checkpoints import envelope as env
-from checkpoints.errors import IntegrityFailure
 from checkpoints.models import Checkpoint, Run
 from tenants.models import Tenant
 

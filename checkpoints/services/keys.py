@@ -12,7 +12,7 @@ from checkpoints.services.artifacts import artifact_reseal
 from checkpoints.services.checkpoints import checkpoint_envelope, envelope_seal
 
 OPERATION_TABLE, OPERATION_FIELD = "external_operation", "result"
-# Sealed operation columns and the field name each is bound to (checkpoints.services.operations).
+# Sealed operation columns and the field name each is bound to (runtime.services.operations).
 OPERATION_COLUMNS = (("result_sealed", OPERATION_FIELD), ("request_sealed", "request"))
 
 
@@ -89,7 +89,7 @@ def keys_rotate(
             totals["operations"] += len(batch)
             report("operations", totals["operations"])
     # LangGraph threads' payloads (an installed app that never imports LangGraph itself).
-    from checkpoints.integrations.langgraph_store.keys import langgraph_keys_rotate
+    from langgraph_store.keys import langgraph_keys_rotate
 
     totals["langgraph"] = langgraph_keys_rotate(batch_size=batch_size, progress=report)
     return totals

@@ -7,13 +7,13 @@ from uuid import UUID
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from checkpoints.errors import CairnError
+from cairn.errors import CairnError
 from checkpoints.models import Checkpoint
 from checkpoints.services.checkpoints import checkpoint_read, run_verify
 from console import run_reads
-from console.access import console_view
 from console.envelope_diff import envelope_groups
 from tenants import roles
+from tenants.access import console_view
 
 GROUP_TITLES = {
     "identity": "Identity",

@@ -9,10 +9,10 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from checkpoints.models import ACTIVE_STATUSES, Checkpoint, Run, RunStatus, WorkerHeartbeat
-from console.access import console_view
 from console.run_reads import optional_selector
 from console.selectors import stalled_operations, status_counts
 from tenants import roles
+from tenants.access import console_view
 
 LIST_LIMIT = 20
 DEFAULT_RESTORES = 3

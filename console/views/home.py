@@ -9,8 +9,8 @@ from django.shortcuts import redirect
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from console.access import console_view
 from tenants import roles
+from tenants.access import console_view
 from tenants.selectors import SESSION_TENANT_KEY, tenants_of
 
 

@@ -9,13 +9,13 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from checkpoints.errors import CairnError
+from cairn.errors import CairnError
 from checkpoints.services.artifacts import artifact_read
 from checkpoints.services.integrity import run_head_problem
 from console import run_reads
-from console.access import console_view
 from console.machine import machine_drawing
 from tenants import roles
+from tenants.access import console_view
 
 VIEWER_MAX_BYTES = 256 * 1024
 TEXT_MEDIA = ("text/", "application/json", "application/xml", "application/x-ndjson")

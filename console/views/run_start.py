@@ -12,13 +12,13 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from checkpoints.errors import CairnError
+from cairn.errors import CairnError
 from checkpoints.services.budgets import BUDGET_LIMIT_MAX
-from checkpoints.services.runs import budget_with_defaults, run_create
-from checkpoints.services.workflows import workflows_visible
-from console.access import console_view
 from console.form_fields import json_object_from_text
+from runtime.services.runs import budget_with_defaults, run_create
+from runtime.services.workflows import workflows_visible
 from tenants import roles
+from tenants.access import console_view
 from tenants.models import Tenant
 
 

@@ -12,7 +12,6 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from checkpoints.models import Run, RunStatus
-from console.access import console_view
 from console.forms import RunFilterForm
 from console.selectors import (
     SORTS,
@@ -22,6 +21,7 @@ from console.selectors import (
     with_row_facts,
 )
 from tenants import roles
+from tenants.access import console_view
 
 PAGE_SIZE = 50
 MAX_REFRESH_IDS = 200

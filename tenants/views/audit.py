@@ -8,8 +8,8 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from console.access import console_view
 from tenants import roles
+from tenants.access import console_view
 from tenants.audit import (
     audit_actions,
     audit_csv,

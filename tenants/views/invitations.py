@@ -17,8 +17,8 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from checkpoints.errors import CairnError
-from console.access import console_view
+from cairn.errors import CairnError
+from tenants.access import console_view
 from tenants.forms import TokenForm
 from tenants.members import (
     invitation_accept,

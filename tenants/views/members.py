@@ -12,9 +12,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from checkpoints.errors import CairnError, NotFound
-from console.access import console_view
+from cairn.errors import CairnError, NotFound
 from tenants import roles
+from tenants.access import console_view
 from tenants.forms import ONE_RUN, GrantForm, InviteForm, RoleForm, TokenForm
 from tenants.grants import run_grant_revoke, run_grant_to_member
 from tenants.members import invitations_open, member_invite, member_password_link

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from checkpoints.services.cancel import run_cancel
+from runtime.services.cancel import run_cancel
 from tenants.services import Actor
 from tests.console_data import plain_run
 

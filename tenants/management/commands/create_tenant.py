@@ -2,7 +2,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.text import slugify
 
-from checkpoints.errors import InvalidRequest
+from cairn.errors import InvalidRequest
 from tenants.members import member_password_link
 from tenants.services import Actor, tenant_create
 

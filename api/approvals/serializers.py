@@ -1,0 +1,82 @@
+"""Request parsing and response shapes of the approvals API. The services decide."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from api.serializers import StrictSerializer
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, DecisionKind
+
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+
+
+class ApprovalRequestCreateSerializer(StrictSerializer):
+    artifact_id = serializers.UUIDField()
+    artifact_sha256 = serializers.RegexField(SHA256_PATTERN, max_length=64)
+    action = serializers.CharField(max_length=100)
+    expires_at = serializers.DateTimeField(required=False)
+    required_approvals = serializers.IntegerField(
+        min_value=1, max_value=20, required=False, default=1
+    )
+
+
+class DecisionInSerializer(StrictSerializer):
+    decision = serializers.ChoiceField(choices=DecisionKind.values)
+    # Any string: a wrong hash is answered with 409 artifact_hash_mismatch, not 400.
+    artifact_sha256 = serializers.CharField(max_length=200)
+    comment = serializers.CharField(max_length=4000, required=False, default="", allow_blank=True)
+
+
+class ApprovalDecisionSerializer(serializers.ModelSerializer):
+    approver = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = ApprovalDecision
+        fields = ["id", "approver", "decision", "artifact_sha256", "comment", "created_at"]
+
+
+class ApprovalArtifactSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    sha256 = serializers.CharField()
+    size = serializers.IntegerField()
+    media_type = serializers.CharField()
+    kind = serializers.CharField()
+
+
+class ApprovalRequestSerializer(serializers.ModelSerializer):
+    run_id = serializers.UUIDField(read_only=True)
+    artifact_id = serializers.UUIDField(read_only=True)
+    artifact = ApprovalArtifactSerializer(read_only=True)
+    requester = serializers.CharField(source="requester_label", read_only=True)
+    status = serializers.ChoiceField(choices=ApprovalStatus.values, read_only=True)
+    decisions = ApprovalDecisionSerializer(many=True, read_only=True)
+    previous_request_id = serializers.UUIDField(source="previous_id", read_only=True)
+
+    class Meta:
+        model = ApprovalRequest
+        fields = [
+            "id",
+            "run_id",
+            "run_version",
+            "checkpoint_sequence",
+            "checkpoint_sha256",
+            "artifact_id",
+            "artifact_sha256",
+            "artifact",
+            "action",
+            "requester",
+            "required_approvals",
+            "status",
+            "status_reason",
+            "expires_at",
+            "created_at",
+            "decided_at",
+            "consumed_at",
+            "previous_request_id",
+            "decisions",
+        ]
+
+
+class DecisionResultSerializer(serializers.Serializer):
+    decision = ApprovalDecisionSerializer()
+    request = ApprovalRequestSerializer()

@@ -1,0 +1,21 @@
+from django.urls import path
+
+from api.approvals import views
+
+app_name = "approvals_api"
+
+urlpatterns = [
+    path("runs/<uuid:run_id>/approvals", views.RunApprovalsView.as_view(), name="run-approvals"),
+    path("approvals", views.ApprovalListView.as_view(), name="approvals"),
+    path("approvals/<uuid:approval_id>", views.ApprovalDetailView.as_view(), name="approval"),
+    path(
+        "approvals/<uuid:approval_id>/decision",
+        views.ApprovalDecisionView.as_view(),
+        name="approval-decision",
+    ),
+    path(
+        "approvals/<uuid:approval_id>/artifact",
+        views.ApprovalArtifactView.as_view(),
+        name="approval-artifact",
+    ),
+]

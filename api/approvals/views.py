@@ -1,0 +1,163 @@
+"""Approvals API v1: operators ask, reviewers decide. Thin: parse, call a service, render."""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from api.approvals import serializers as s
+from api.pagination import Pagination
+from api.serializers import ErrorSerializer
+from api.views import CairnAPIView, _errors
+from approvals.models import ApprovalStatus
+from approvals.selectors import approvals_for_run, request_get, requests_for_tenant, review_queue
+from approvals.services import approval_decide, approval_request_create
+from cairn.errors import InvalidRequest
+from checkpoints.services.artifacts import artifact_read
+from checkpoints.services.checkpoints import run_get
+from tenants import roles
+
+
+class QueuePagination(Pagination):
+    ordering = ("expires_at", "id")
+
+
+def _fresh(tenant, request_id, user=None):  # noqa: ANN001, ANN202
+    return request_get(tenant=tenant, request_id=request_id, user=user)
+
+
+class RunApprovalsView(CairnAPIView):
+    required_permission = roles.OPERATE
+    pagination_class = Pagination
+
+    @extend_schema(
+        request=s.ApprovalRequestCreateSerializer,
+        responses={201: s.ApprovalRequestSerializer, **_errors(400, 404, 409, 422)},
+        summary="Ask for approval of an artifact, bound to the run's current version",
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        data = self.parsed(s.ApprovalRequestCreateSerializer)
+        row = approval_request_create(
+            tenant=self.tenant,
+            run_id=run_id,
+            artifact_id=data["artifact_id"],
+            artifact_sha256=data["artifact_sha256"],
+            action=data["action"],
+            expires_at=data.get("expires_at"),
+            required_approvals=data["required_approvals"],
+            actor=self.actor,
+        )
+        return Response(s.ApprovalRequestSerializer(_fresh(self.tenant, row.pk)).data, status=201)
+
+    @extend_schema(
+        responses={200: s.ApprovalRequestSerializer(many=True), **_errors(404)},
+        summary="The run's approval requests, newest first",
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        run = run_get(tenant=self.tenant, run_id=run_id)
+        return self.page_response(
+            approvals_for_run(tenant=self.tenant, run=run), s.ApprovalRequestSerializer
+        )
+
+
+class ApprovalListView(CairnAPIView):
+    required_permission = roles.REVIEWERS
+    pagination_class = Pagination
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "status",
+                str,
+                enum=ApprovalStatus.values,
+                description="pending (the default) is the caller's review queue: unexpired "
+                "requests they may decide, most urgent first. Other values list the tenant's "
+                "requests in that status, newest first.",
+            )
+        ],
+        responses={200: s.ApprovalRequestSerializer(many=True), **_errors(400)},
+        summary="The caller's review queue (or the tenant's requests in a status)",
+    )
+    def get(self, request: Request) -> Response:
+        status = request.query_params.get("status") or ApprovalStatus.PENDING
+        if status not in ApprovalStatus.values:
+            raise InvalidRequest(
+                f"Unknown approval status '{status}'.", fields={"status": "not an approval status"}
+            )
+        if status == ApprovalStatus.PENDING:
+            rows, paginator = review_queue(tenant=self.tenant, user=request.user), QueuePagination()
+        else:
+            rows = requests_for_tenant(self.tenant, status=status, user=request.user)
+            paginator = None
+        return self.page_response(
+            rows.prefetch_related("decisions__approver"), s.ApprovalRequestSerializer, paginator
+        )
+
+
+class ApprovalDetailView(CairnAPIView):
+    required_permission = roles.REVIEWERS
+
+    @extend_schema(
+        responses={200: s.ApprovalRequestSerializer, **_errors(404)},
+        summary="One approval request with its decisions",
+    )
+    def get(self, request: Request, approval_id: str) -> Response:
+        return Response(
+            s.ApprovalRequestSerializer(_fresh(self.tenant, approval_id, request.user)).data
+        )
+
+
+class ApprovalDecisionView(CairnAPIView):
+    required_permission = roles.REVIEWERS
+
+    @extend_schema(
+        request=s.DecisionInSerializer,
+        responses={
+            200: s.DecisionResultSerializer,
+            400: ErrorSerializer,
+            404: ErrorSerializer,
+            409: ErrorSerializer,
+        },
+        description="409 codes: approval_expired, artifact_hash_mismatch (the hash the "
+        "reviewer saw is not the bound one), approval_stale (the run moved past the bound "
+        "version, or a newer request replaced this one), self_approval_forbidden, "
+        "already_decided, approval_closed.",
+        summary="Approve or reject exactly the artifact you were shown",
+    )
+    def post(self, request: Request, approval_id: str) -> Response:
+        data = self.parsed(s.DecisionInSerializer)
+        decision = approval_decide(
+            tenant=self.tenant,
+            request_id=approval_id,
+            decision=data["decision"],
+            artifact_sha256=data["artifact_sha256"],
+            comment=data["comment"],
+            actor=self.actor,
+        )
+        body = {"decision": decision, "request": _fresh(self.tenant, approval_id, request.user)}
+        return Response(s.DecisionResultSerializer(body).data)
+
+
+class ApprovalArtifactView(CairnAPIView):
+    """A reviewer reads the artifact bound to a request of their tenant, and nothing else:
+    the general artifact endpoints stay operator-only."""
+
+    required_permission = roles.REVIEWERS
+
+    @extend_schema(
+        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, **_errors(404, 409)},
+        summary="The bytes of the artifact under review (decrypted; audited)",
+    )
+    def get(self, request: Request, approval_id: str) -> HttpResponse:
+        row = request_get(tenant=self.tenant, request_id=approval_id, user=request.user)
+        artifact, data = artifact_read(
+            tenant=self.tenant, artifact_id=row.artifact_id, actor=self.actor, run_id=row.run_id
+        )
+        response = HttpResponse(data, content_type="application/octet-stream")
+        response["X-Artifact-Media-Type"] = artifact.media_type
+        response["X-Artifact-Sha256"] = artifact.sha256
+        response["Content-Disposition"] = f'attachment; filename="{artifact.id}"'
+        return response

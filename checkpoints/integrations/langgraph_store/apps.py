@@ -1,8 +1,0 @@
-from django.apps import AppConfig
-
-
-class LangGraphStoreConfig(AppConfig):
-    name = "checkpoints.integrations.langgraph_store"
-    label = "langgraph_store"
-    verbose_name = "LangGraph threads"
-    default_auto_field = "django.db.models.BigAutoField"

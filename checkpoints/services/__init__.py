@@ -1,0 +1,1 @@
+"""The store's services: the checkpoint commit, artifacts, budgets, outbox, verify, keys."""

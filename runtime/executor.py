@@ -1,0 +1,611 @@
+"""Running a run on a worker: lease, restore, run exactly the next eligible step, commit.
+
+``run_advance`` is what the ``checkpoints.run_advance`` Celery task calls for every
+``run.resume`` command. While it holds the lease it goes on to the next step directly
+(every step is committed first), up to ``CAIRN_STEPS_PER_TASK`` steps, then hands over.
+
+The lean loop: the first step of a task runs after the full validated restore. While the
+worker holds the lease and the run is at the version its own commit wrote, the envelope it
+committed *is* the restore, so a later step costs one read (is the run still ours, at that
+version, still workable?) and one write (its commit). The commit also renews the lease,
+charges the next step's attempt, and writes the run.resume it would publish as already
+taken by this worker (the worker executes it; a crash leaves it to the sweep), so no stale
+command is queued behind the run. A step that leaves a side effect unsettled sends the next
+step through the full restore, which reconciles it.
+
+Attempts: one step execution is one attempt, charged to the run (under the lease) *before*
+the step function runs, so a worker killed mid-step has already spent it and a crash loop
+ends in ``failed`` once ``max_attempts`` is used up. In the lean loop the previous step's
+commit charges it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import socket
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.utils import timezone
+
+from cairn.errors import (
+    ArtifactHashMismatch,
+    BudgetExhausted,
+    CairnError,
+    ConcurrentCheckpointWrite,
+    IllegalTransition,
+    LeaseHeld,
+    RunNotActive,
+)
+from checkpoints.crypto import MissingKeyError
+from checkpoints.envelope import json_problem
+from checkpoints.models import Checkpoint, Execution, Run, RunStatus, WorkerHeartbeat
+from checkpoints.services.budgets import budget_exhausted
+from checkpoints.services.checkpoints import BUDGET_USED_KEYS, CommitResult, checkpoint_commit
+from checkpoints.services.commit_sql import RunHead, run_lease_check
+from runtime.services.leases import lease_acquire
+from runtime.services.operations import operations_envelope_entries
+from tenants.services import Actor
+
+from . import hooks
+from .context import StepContext, evidence_normalize
+from .definition import Next, StepSpec, Workflow
+from .errors import LeaseLost, PermanentStepError, RetryableStepError
+from .lease import LeaseKeeper, used_merge
+from .model_client import ModelClient, ModelError, model_client_default
+from .registry import workflow_code
+from .restore import (
+    Halt,
+    Restored,
+    credentials_check,
+    missing_key_reason,
+    policy_check,
+    restore_latest,
+)
+from .status import run_handover, run_pause_for_review
+
+log = logging.getLogger("cairn.runtime")
+
+WORKABLE = frozenset(
+    {RunStatus.RUNNING, RunStatus.WAITING_RETRY, RunStatus.WAITING_APPROVAL, RunStatus.RECONCILING}
+)
+# Side-effect statuses a restore has nothing to settle for: the lean loop may go on.
+SETTLED_EFFECTS = frozenset({"confirmed", "failed"})
+
+_identity: tuple[int, str] | None = None
+_heartbeat_at: float = 0.0
+
+
+def worker_identity() -> str:
+    """This process's lease owner name (one per process: prefork children differ)."""
+    global _identity
+    pid = os.getpid()
+    if _identity is None or _identity[0] != pid:
+        _identity = (pid, f"{socket.gethostname()}:{pid}:{secrets.token_hex(3)}")
+    return _identity[1]
+
+
+def worker_heartbeat(owner: str) -> None:
+    """Tell the health page this worker is alive (at most every 10 seconds)."""
+    global _heartbeat_at
+    now = timezone.now()
+    if now.timestamp() - _heartbeat_at < 10:
+        return
+    _heartbeat_at = now.timestamp()
+    WorkerHeartbeat.objects.update_or_create(
+        worker_id=owner[:200],
+        defaults={"hostname": socket.gethostname()[:200], "pid": os.getpid(), "last_seen_at": now},
+    )
+
+
+def run_advance(
+    *,
+    run_id: UUID | str,
+    expected_version: int,
+    owner: str | None = None,
+    model: ModelClient | None = None,
+) -> str:
+    """Carry out one ``run.resume`` command. Returns what happened, as a word:
+    ``stale`` / ``missing`` / ``inactive`` / ``not_due`` (nothing to do), ``lease_held``
+    (another worker has it: back off, the rescue sweep re-queues when its lease expires),
+    ``lease_lost``, or the run's resulting condition (``waiting_approval``,
+    ``waiting_retry``, ``succeeded``, ``failed``, ``paused``, ``handed_over``).
+
+    Never raises for a domain condition; every write it makes is a service transaction.
+    """
+    owner = owner or worker_identity()
+    run = Run.objects.select_related("workflow", "tenant").filter(pk=run_id).first()
+    if run is None:
+        log.info("command for a missing run ignored", extra={"run": str(run_id)})
+        return "missing"
+    if run.version != expected_version:
+        log.info(
+            "stale command ignored",
+            extra={"run": str(run.pk), "expected": expected_version, "version": run.version},
+        )
+        return "stale"
+    if run.status not in WORKABLE or run.execution != Execution.WORKER:
+        return "inactive"  # ended, paused, cancelling, or driven by an external caller
+    if (
+        run.status == RunStatus.WAITING_RETRY
+        and run.next_eligible_at
+        and run.next_eligible_at > timezone.now()
+    ):
+        return "not_due"
+    try:
+        lease = lease_acquire(
+            tenant=run.tenant,
+            run_id=run.pk,
+            owner=owner,
+            ttl_seconds=settings.CAIRN_LEASE_SECONDS,
+            expected_version=expected_version,
+        )
+    except LeaseHeld:
+        log.info("run leased by another worker; backing off", extra={"run": str(run.pk)})
+        return "lease_held"
+    except ConcurrentCheckpointWrite:
+        return "stale"
+    except RunNotActive:
+        return "inactive"
+    if lease.took_over:
+        log.warning(
+            "took over an expired lease (restore)",
+            extra={"run": str(run.pk), "restore_count": lease.restore_count},
+        )
+    worker_heartbeat(owner)
+    run.lease_owner, run.lease_expires_at = owner, lease.expires_at
+    run.restore_count = lease.restore_count
+    keeper = LeaseKeeper(
+        run=run, owner=owner, version=lease.run_version, ttl_seconds=settings.CAIRN_LEASE_SECONDS
+    )
+    try:
+        return _Advance(run, keeper, model or model_client_default()).work()
+    except LeaseLost as exc:
+        log.warning("lease lost; work discarded", extra={"run": str(run.pk), "why": str(exc)})
+        return "lease_lost"
+    finally:
+        keeper.release()
+
+
+class _Advance:
+    def __init__(self, run: Run, keeper: LeaseKeeper, model: ModelClient) -> None:
+        self.run = run
+        self.keeper = keeper
+        self.model = model
+        self.code: Workflow | None = workflow_code(run.workflow_type, run.workflow_version)
+        self.actor = Actor.system(f"worker {keeper.owner}")
+        # The restore the next step may use instead of reading one: what this worker's own
+        # last commit wrote, while nothing it cannot see is left to reconcile.
+        self.lean: Restored | None = None
+        self.prepaid = False  # the last commit charged the next step's attempt
+        self.last_turn = False
+
+    def work(self) -> str:
+        # The lease is renewed by each step's attempt charge or commit (and in the
+        # background during a long step), so the loop itself writes nothing before a step.
+        for turn in range(settings.CAIRN_STEPS_PER_TASK):
+            self.last_turn = turn == settings.CAIRN_STEPS_PER_TASK - 1
+            restored = self.lean
+            self.lean = None
+            if restored is not None:
+                self.still_ours()  # the step's one read
+                # Step 6 of the restore, as there: credentials still resolve, budgets.
+                halt = credentials_check(self.code, restored) or policy_check(self.run, restored)
+                if halt:
+                    return self.halt(halt)
+            else:
+                self.prepaid = False
+                if turn == 0:
+                    # Read just before the lease was granted at this very version.
+                    run = self.run
+                else:
+                    run = self.run = Run.objects.select_related("workflow", "tenant").get(
+                        pk=self.run.pk
+                    )
+                if run.version != self.keeper.version or run.status not in WORKABLE:
+                    raise LeaseLost("the run changed while this worker held its lease")
+                self.keeper.head = RunHead.of(run)
+                restored = restore_latest(run, self.code)
+                if isinstance(restored, Halt):
+                    return self.halt(restored)
+            try:
+                outcome = self.next_step(restored)
+            except MissingKeyError as exc:
+                # Never out of the task (the sweep would re-queue the run forever): pause.
+                return self.pause(missing_key_reason(exc, f"data the run's {self.run.state} reads"))
+            if outcome != "continue":
+                return outcome
+        return "handed_over" if self.handover() else "lease_lost"
+
+    def still_ours(self) -> None:
+        """One read before a lean step: the run is at the version this worker wrote, still
+        leased by it and workable (an operator's cancel or pause moves the version)."""
+        row = run_lease_check(run_id=self.run.pk)
+        if row is None or row[0] != self.keeper.version or row[1] not in WORKABLE:
+            raise LeaseLost("the run changed while this worker held its lease")
+        if row[2] != self.keeper.owner:
+            raise LeaseLost("the run's lease is no longer this worker's")
+
+    def handover(self) -> bool:
+        self.keeper.stop_renewing()
+        return run_handover(run=self.run, version=self.keeper.version, owner=self.keeper.owner)
+
+    # --- step 7: the next eligible step ---------------------------------------------------
+    def next_step(self, restored: Restored) -> str:
+        run, code = self.run, self.code
+        state = run.state
+        if state in run.workflow.definition.get("terminal", []):
+            return "succeeded"
+        if code is None:
+            return self.pause(
+                f"workflow {run.workflow_type} version {run.workflow_version} is not declared "
+                "by any module this worker loads (CAIRN_WORKFLOW_MODULES)"
+            )
+        if state in code.approvals:
+            return self.approval(restored, code.approvals[state])
+        spec = code.steps.get(state)
+        if spec is None:
+            return self.pause(
+                f"checkpoint {restored.checkpoint.sequence} is at state '{state}', which the "
+                f"workflow code {code.workflow_type}@{code.version} (code version "
+                f"{code.code_version}) no longer has a step for"
+            )
+        halt = policy_check(run, restored, attempt_needed=True)
+        if halt:
+            return self.halt(halt)
+        return self.execute(spec, restored)
+
+    def execute(self, spec: StepSpec, restored: Restored) -> str:
+        keeper = self.keeper
+        if self.prepaid:  # the previous commit charged this attempt and renewed the lease
+            used = keeper.usage_now()
+        else:
+            used = keeper.charge(attempts_used=1)  # spent before the step runs: module doc
+        self.prepaid = False
+        keeper.restart_clock()  # the step's own time is charged by its checkpoint
+        ctx = StepContext(
+            run=self.run,
+            spec=spec,
+            envelope=restored.envelope,
+            used=used,
+            keeper=keeper,
+            model=self.model,
+            actor=self.actor,
+            code_version=self.code.code_version if self.code else "",
+        )
+        log.info(
+            "step started",
+            extra={"run": str(self.run.pk), "step": spec.name, "attempts": ctx.attempts_used},
+        )
+        failure: tuple[str, str, float | None] | None = None
+        returned: Any = None
+        keeper.start_renewing()
+        try:
+            returned = spec.fn(ctx)
+        except LeaseLost:
+            raise
+        except RetryableStepError as exc:
+            failure = ("retry", exc.reason, exc.delay_seconds)
+        except PermanentStepError as exc:
+            failure = ("fail", exc.reason, None)
+        except ModelError as exc:
+            failure = ("retry" if exc.retryable else "fail", str(exc), None)
+        except MissingKeyError as exc:
+            # Retrying cannot help: no worker with these keys can read what the step needs.
+            keeper.stop_renewing()
+            keeper.flush_elapsed()
+            return self.pause(missing_key_reason(exc, f"data step {spec.name} reads"))
+        except Exception as exc:  # an unexpected error may be transient: it costs an attempt
+            log.exception("step raised", extra={"run": str(self.run.pk), "step": spec.name})
+            failure = ("retry", f"{type(exc).__name__}: {exc}", None)
+        finally:
+            keeper.stop_renewing()
+        if failure is not None:
+            return self.step_failed(
+                spec, restored, keeper.usage_now(), *failure, side_effects=ctx.side_effects
+            )
+        try:
+            target, output = _interpret(spec, returned)
+        except PermanentStepError as exc:
+            keeper.flush_elapsed()  # no checkpoint records this step's time
+            return self.pause(exc.reason)
+        evidence = ctx.evidence
+        evidence["outputs"][spec.name] = output
+        groups = self.groups(
+            restored, evidence=evidence, used=keeper.usage_now(), side_effects=ctx.side_effects
+        )
+        return self.commit(state=target, step=spec.name, groups=groups)
+
+    def step_failed(
+        self,
+        spec: StepSpec,
+        restored: Restored,
+        used: dict,
+        kind: str,
+        reason: str,
+        delay: float | None,
+        *,
+        side_effects: list[dict[str, Any]],
+    ) -> str:
+        """Commit the failed or retry-waiting checkpoint. Its evidence is the restored one
+        (a failed step's outputs are not accepted), but its side effects are every one the
+        step's context knows, as the operations table has them now: an effect the step
+        started (its pending checkpoint is already committed) stays in the history."""
+        side_effects = operations_envelope_entries(run_id=self.run.pk, entries=side_effects)
+        limit = (self.run.budget_limits or {}).get("max_attempts")
+        attempts = used["attempts_used"]
+        if kind == "retry" and limit is not None and attempts >= limit:
+            kind = "fail"
+            reason = (
+                f"budget exhausted: attempts used {attempts} of {limit}; "
+                f"the last attempt of {spec.name} failed: {reason}"
+            )
+        elif kind == "fail":
+            reason = f"{spec.name} failed: {reason}"
+        if kind == "fail":
+            groups = self.groups(restored, used=used, reason=reason, side_effects=side_effects)
+            return self.commit(
+                state=self.run.state, step="", groups=groups, status=RunStatus.FAILED, reason=reason
+            )
+        delay = settings.CAIRN_RETRY_DELAY_SECONDS if delay is None else max(0.0, float(delay))
+        eligible = timezone.now() + timedelta(seconds=delay)
+        reason = f"attempt {attempts} ({spec.name}) failed: {reason}"
+        groups = self.groups(
+            restored,
+            used=used,
+            reason=reason,
+            next_eligible_at=eligible,
+            side_effects=side_effects,
+        )
+        return self.commit(
+            state=self.run.state,
+            step="",
+            groups=groups,
+            status=RunStatus.WAITING_RETRY,
+            reason=reason,
+            next_eligible_at=eligible,
+        )
+
+    def approval(self, restored: Restored, spec) -> str:  # noqa: ANN001
+        outcome = hooks.approval_gate(run=self.run, spec=spec, envelope=restored.envelope)
+        if outcome.decision == "wait":
+            return "waiting_approval"
+        evidence = evidence_normalize(restored.envelope.get("evidence"))
+        for item in outcome.evidence.get("validators", []):
+            evidence["validators"] = [
+                v for v in evidence["validators"] if v.get("name") != item.get("name")
+            ] + [item]
+        groups = self.groups(restored, evidence=evidence, used=restored.used)
+        groups["control"].update(outcome.evidence.get("control", {}))
+        # The move past an approval state records the decision it used: transition
+        # evidence, which retention keeps.
+        if outcome.decision == "approved":
+            return self.commit(state=spec.next, step=spec.state, groups=groups, is_evidence=True)
+        reason = outcome.reason or "the reviewer rejected the request"
+        groups["control"]["reason"] = reason
+        return self.commit(
+            state=spec.rejected or self.run.state,
+            step=spec.state if spec.rejected else "",
+            groups=groups,
+            status=RunStatus.FAILED,
+            reason=reason,
+            is_evidence=True,
+        )
+
+    # --- writing ----------------------------------------------------------------------------
+    def groups(
+        self,
+        restored: Restored,
+        *,
+        used: dict,
+        evidence: dict | None = None,
+        side_effects: list[dict[str, Any]] | None = None,
+        reason: str | None = None,
+        next_eligible_at=None,  # noqa: ANN001
+    ) -> dict[str, Any]:
+        envelope = restored.envelope
+        control = dict(envelope.get("control") or {})
+        control.update(
+            {
+                "lease_owner": self.keeper.owner[:500],
+                "actor": self.actor.name[:500],
+                "reason": reason[:2000] if reason else None,
+                "next_eligible_at": next_eligible_at.isoformat() if next_eligible_at else None,
+            }
+        )
+        inputs = dict(envelope.get("inputs") or {})
+        if self.code is not None:
+            # Reproducibility: which prompt, policy and model did this work.
+            inputs.update(
+                {
+                    "prompt_version": self.code.prompt_version[:100],
+                    "policy_version": self.code.policy_version[:100],
+                    "model": str(getattr(self.model, "name", "") or "")[:200],
+                }
+            )
+        return {
+            "inputs": inputs,
+            "evidence": evidence
+            if evidence is not None
+            else evidence_normalize(envelope.get("evidence")),
+            "side_effects": side_effects
+            if side_effects is not None
+            else envelope.get("side_effects") or [],
+            "budgets": {key: used[key] for key in BUDGET_USED_KEYS},
+            "control": control,
+        }
+
+    def commit(
+        self,
+        *,
+        state: str,
+        step: str,
+        groups: dict[str, Any],
+        status: str | None = None,
+        reason: str = "",
+        next_eligible_at=None,  # noqa: ANN001
+        is_evidence: bool = False,
+    ) -> str:
+        """Commit the run's next checkpoint. A plain step's result is not ``is_evidence``:
+        retention may compact it once the run is over (the effect and approval checkpoints
+        that carry transition evidence are marked where they are written)."""
+        charge_next = self.charge_next(state, groups)
+        try:
+            result = checkpoint_commit(
+                tenant=self.run.tenant,
+                run_id=self.run.pk,
+                expected_version=self.keeper.version,
+                state=state,
+                step=step,
+                envelope=groups,
+                actor=self.actor,
+                status=status,
+                status_reason=reason,
+                lease_owner=self.keeper.owner,
+                next_eligible_at=next_eligible_at,
+                code_version=self.code.code_version if self.code else "",
+                is_evidence=is_evidence,
+                head=self.keeper.head,
+                continues=True,
+                consumed_outbox_id=self.keeper.taken_outbox_id,
+                charge_next_attempt=charge_next,
+            )
+        except (ConcurrentCheckpointWrite, LeaseHeld, RunNotActive) as exc:
+            raise LeaseLost(exc.detail)
+        except BudgetExhausted as exc:
+            # The step spent past a limit (a model call's tokens land after it returns):
+            # the run fails where it stands, recording that usage; its output is not kept.
+            groups = {**groups, "control": {**groups["control"], "reason": exc.detail[:2000]}}
+            return self.commit(
+                state=self.run.state,
+                step="",
+                groups=groups,
+                status=RunStatus.FAILED,
+                reason=exc.detail.split(". Nothing was written")[0],
+            )
+        except (IllegalTransition, ArtifactHashMismatch, CairnError) as exc:
+            self.keeper.flush_elapsed()  # the refused checkpoint did not record the time
+            fields = f" ({json.dumps(exc.fields)[:500]})" if exc.fields else ""
+            return self.pause(
+                f"the checkpoint for {step or state} was refused: {exc.detail}{fields}"
+            )
+        self.keeper.committed(version=result.run_version, used=groups["budgets"], head=result.head)
+        log.info(
+            "step committed",
+            extra={"run": str(self.run.pk), "step": step, "sequence": result.sequence},
+        )
+        if result.status in (RunStatus.RUNNING, RunStatus.WAITING_APPROVAL):
+            # This worker goes on: the commit's run.resume is its own (claimed, not sent).
+            self.keeper.taken_outbox_id = result.outbox_id
+            self.carry_on(result, groups, prepaid=charge_next)
+            return "continue"  # at an approval state, the gate decides on the next turn
+        self.keeper.taken_outbox_id = None  # the commit marked it sent
+        return {
+            RunStatus.SUCCEEDED: "succeeded",
+            RunStatus.FAILED: "failed",
+            RunStatus.WAITING_RETRY: "waiting_retry",
+        }.get(result.status, str(result.status))
+
+    def leanable(self, groups: dict[str, Any]) -> bool:
+        """Whether the next step may use this commit's envelope as its restore: not on the
+        task's last turn, and only with every side effect settled (else reconcile first)."""
+        return not self.last_turn and all(
+            effect.get("status") in SETTLED_EFFECTS for effect in groups.get("side_effects", [])
+        )
+
+    def charge_next(self, state: str, groups: dict[str, Any]) -> bool:
+        """Charge the next step's attempt in this commit: only when the next turn is lean and
+        will run a step that its budgets allow (as the policy check before it would)."""
+        if self.code is None or state not in self.code.steps or not self.leanable(groups):
+            return False
+        used = {**groups["budgets"], "attempts_used": groups["budgets"]["attempts_used"] + 1}
+        limits = self.run.budget_limits or {}
+        limit = limits.get("max_attempts")
+        if limit is not None and groups["budgets"]["attempts_used"] >= limit:
+            return False
+        return budget_exhausted(Run(budget_limits=limits, budget_used=used)) is None
+
+    def carry_on(self, result: CommitResult, groups: dict[str, Any], *, prepaid: bool) -> None:
+        """Make this commit the next step's restore (the lean loop), when it may be."""
+        run, head = self.run, result.head
+        run.version, run.state, run.status = head.version, head.state, head.status
+        run.checkpoint_sequence = head.checkpoint_sequence
+        run.latest_checkpoint_id = head.latest_checkpoint_id
+        run.latest_checkpoint_sha256 = head.latest_checkpoint_sha256
+        run.budget_used = head.budget_used
+        run.step = result.envelope["position"]["step"]
+        if not self.leanable(groups):
+            return
+        envelope = result.envelope
+        checkpoint = Checkpoint(
+            id=result.checkpoint_id,
+            tenant_id=run.tenant_id,
+            run_id=run.pk,
+            sequence=result.sequence,
+            parent_id=envelope["identity"]["parent_checkpoint_id"],
+            state=run.state,
+            step=run.step,
+            schema_version=envelope["schema_version"],
+            sha256=result.sha256,
+            parent_sha256=result.parent_sha256,
+        )
+        self.prepaid = prepaid and head.status == RunStatus.RUNNING
+        self.lean = Restored(
+            checkpoint=checkpoint, envelope=envelope, used=used_merge(envelope["budgets"])
+        )
+
+    def pause(self, reason: str) -> str:
+        self.keeper.stop_renewing()
+        paused = run_pause_for_review(
+            run_id=self.run.pk,
+            expected_version=self.keeper.version,
+            reason=reason,
+            actor=self.actor,
+        )
+        if not paused:
+            raise LeaseLost("the run moved on before it could be paused")
+        return "paused"
+
+    def halt(self, halt: Halt) -> str:
+        if halt.action == "fail" and halt.restored is not None:
+            groups = self.groups(halt.restored, used=halt.restored.used, reason=halt.reason)
+            return self.commit(
+                state=self.run.state,
+                step="",
+                groups=groups,
+                status=RunStatus.FAILED,
+                reason=halt.reason,
+            )
+        return self.pause(halt.reason)
+
+
+def _interpret(spec: StepSpec, returned: Any) -> tuple[str, dict[str, Any]]:
+    """A step returns Next(state, output), or an output dict (or None) when it has exactly
+    one next state. Raises PermanentStepError for anything else."""
+    if isinstance(returned, Next):
+        target, output = returned.state, returned.output
+    elif returned is None or isinstance(returned, dict):
+        if len(spec.next) != 1:
+            raise PermanentStepError(
+                f"step {spec.name} may lead to {', '.join(spec.next)}: it must return "
+                "Next(state, output) to choose"
+            )
+        target, output = spec.next[0], returned or {}
+    else:
+        raise PermanentStepError(
+            f"step {spec.name} returned {type(returned).__name__}; it must return a dict "
+            "or Next(state, output)"
+        )
+    if target not in spec.next:
+        raise PermanentStepError(
+            f"step {spec.name} chose '{target}', which it does not declare as a next state"
+        )
+    problem = json_problem(output, where="the output")
+    if problem:
+        raise PermanentStepError(f"step {spec.name} returned output that is not JSON: {problem}")
+    return target, output

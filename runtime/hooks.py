@@ -1,0 +1,62 @@
+"""The two places where other parts of Cairn decide whether a restored run may go on.
+
+Both are plain functions the executor calls during every restore; the approvals app and
+the side-effects code replace their bodies (no signals, no registration magic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from checkpoints.models import Run
+
+if TYPE_CHECKING:
+    from .definition import ApprovalSpec
+
+
+@dataclass(frozen=True)
+class ApprovalOutcome:
+    """``wait`` keeps the run in ``waiting_approval``; ``approved`` moves it to the approval
+    spec's ``next`` state, ``rejected`` to its ``rejected`` state (or fails it). ``evidence``
+    is merged into the committed checkpoint: ``validators`` (list) and ``control`` (dict,
+    e.g. ``approval_request_id``)."""
+
+    decision: str  # "wait" | "approved" | "rejected"
+    reason: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def wait(cls, reason: str = "") -> ApprovalOutcome:
+        return cls("wait", reason)
+
+
+def approval_gate(*, run: Run, spec: ApprovalSpec, envelope: dict[str, Any]) -> ApprovalOutcome:
+    """The run is at an approval state: may it continue?
+
+    Called with the run leased and its latest envelope restored (evidence artifacts by
+    name: ``spec.artifact`` names the one under review). This is also where approval expiry
+    is re-evaluated on every restore. The approvals app decides (``approvals.runtime``):
+    it raises the hash-bound request, and lets the run go on only with a valid approval for
+    the run's current version, action and artifact sha256, consumed once.
+    """
+    from approvals.runtime import runtime_approval_outcome
+
+    return runtime_approval_outcome(run=run, spec=spec, envelope=envelope)
+
+
+def operations_reconcile(*, run: Run, envelope: dict[str, Any]) -> str | None:
+    """Settle every external operation of the run whose outcome is not known, before any
+    new write. Returns None when the run may go on, or a reason to pause it for review.
+
+    The reconciler (``runtime.services.reconcile``) asks each provider by idempotency
+    key and records confirmed and failed answers. An operation the provider has no record
+    of stays pending (the effect step sends it again under the same key, which the provider
+    deduplicates); one whose provider cannot tell pauses the run, naming it. A provider
+    that cannot be reached leaves its operation pending: the effect step asks again and
+    waits to retry. Cairn never calls a provider blindly a second time.
+    """
+    from runtime.services.reconcile import run_reconcile
+    from tenants.services import Actor
+
+    return run_reconcile(run=run, actor=Actor.system("reconciler")).pause_reason

@@ -1,0 +1,469 @@
+"""Operator actions on a run: the shared rules, resume and grant budget.
+
+Cancel is in ``runtime.services.cancel``, retry in ``runtime.services.retry``, fork
+in ``runtime.services.forks``. Every action
+
+- is one transaction with its audit event (actor and reason): all of it happens or none;
+- is guarded by the run's optimistic version: ``UPDATE run … WHERE id = ? AND version = ?``
+  that increments the version; a stale ``expected_version`` raises
+  ConcurrentCheckpointWrite (409) and nothing is written (a fork, which leaves its source
+  untouched, only checks the version);
+- appends and never rewrites: checkpoints are only ever added (retry, fork), statuses change.
+
+Because every action moves the version, a command a worker holds for the old version
+becomes a no-op; an action that leaves the run able to continue therefore enqueues the next
+``run.resume`` itself, in the same transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from cairn.errors import (
+    ActionNotAllowed,
+    BudgetExhausted,
+    ConcurrentCheckpointWrite,
+    InvalidRequest,
+    LeaseHeld,
+    NotFound,
+    RunNotActive,
+)
+from checkpoints.models import Execution, Run, RunStatus
+from checkpoints.services import outbox
+from checkpoints.services.budgets import BUDGET_LIMIT_MAX, budget_exhausted
+from observability.logs import transition_log
+from tenants.models import Tenant
+from tenants.services import Actor, audit_record
+
+log = logging.getLogger("cairn.actions")
+
+MAX_REASON = 2000
+RESUMABLE = frozenset({RunStatus.PAUSED_FOR_REVIEW, RunStatus.WAITING_RETRY, RunStatus.FAILED})
+FINISHED = frozenset({RunStatus.CANCELLED, RunStatus.SUCCEEDED})
+GRANT_KEYS = {"attempts": "max_attempts", "tokens": "max_tokens", "cost": "max_cost"}
+
+_NOT_RESUMABLE = {
+    RunStatus.RUNNING: "The run is already running; there is nothing to resume.",
+    RunStatus.WAITING_APPROVAL: (
+        "The run waits for an approval; decide the approval request instead of resuming."
+    ),
+    RunStatus.RECONCILING: (
+        "The run is reconciling an operation whose outcome is unknown; record the outcome "
+        "of that operation first."
+    ),
+    RunStatus.CANCELLING: "The run is being cancelled; it cannot be resumed.",
+}
+
+
+# --- shared guards --------------------------------------------------------------------------
+def reason_clean(reason: str | None, *, required: bool = True) -> str:
+    """The trimmed reason. Raises InvalidRequest when it is missing (and required) or long."""
+    text = (reason or "").strip()
+    if required and not text:
+        raise InvalidRequest(
+            "Give a reason: it is recorded with the action in the audit trail.",
+            fields={"reason": "required"},
+        )
+    if len(text) > MAX_REASON:
+        raise InvalidRequest(
+            f"The reason is {len(text)} characters; the limit is {MAX_REASON}.",
+            fields={"reason": f"at most {MAX_REASON} characters"},
+        )
+    return text
+
+
+def locked_run(*, tenant: Tenant, run_id: UUID | str) -> Run:
+    """The tenant's run, its row locked for the transaction (PostgreSQL; SQLite's
+    IMMEDIATE transactions already serialize writers). NotFound for another tenant's run."""
+    try:
+        return (
+            Run.objects.select_related("workflow")
+            .select_for_update(of=("self",))
+            .get(tenant=tenant, pk=run_id)
+        )
+    except (Run.DoesNotExist, ValueError, ValidationError):
+        raise NotFound("No such run.")
+
+
+def stale_version_error(run: Run, expected_version: int) -> ConcurrentCheckpointWrite:
+    return ConcurrentCheckpointWrite(
+        f"The run changed since you loaded it: it is at version {run.version}, not "
+        f"{expected_version}. Nothing was done; reload the run and decide again."
+    )
+
+
+def version_check(run: Run, expected_version: int | None) -> int:
+    if expected_version is not None and run.version != expected_version:
+        raise stale_version_error(run, expected_version)
+    return run.version
+
+
+def version_bump(run: Run, expected_version: int, **fields: Any) -> int:
+    """The conditional update every action makes; returns the new version."""
+    updated = Run.objects.filter(pk=run.pk, version=expected_version).update(
+        version=F("version") + 1, updated_at=timezone.now(), **fields
+    )
+    if updated != 1:
+        run.refresh_from_db(fields=["version"])
+        raise stale_version_error(run, expected_version)
+    if "status" in fields:
+        transition_log(
+            event="run status changed",
+            run_id=run.pk,
+            tenant=run.tenant.slug,
+            sequence=run.checkpoint_sequence,
+            state=fields.get("state", run.state),
+            step=fields.get("step", run.step),
+            status=fields["status"],
+        )
+    return expected_version + 1
+
+
+def enqueue_continue(run: Run, version: int, available_at: datetime | None = None) -> None:
+    """Enqueue the command that lets the run go on at ``version`` (worker runs), or the
+    event an external driver may watch."""
+    kind = "run.resume" if run.execution == Execution.WORKER else "run.resumed"
+    outbox.outbox_enqueue(
+        run=run,
+        kind=kind,
+        payload={"run_id": str(run.id), "expected_version": version},
+        available_at=available_at,
+    )
+
+
+def refuse_finished(run: Run, what: str) -> None:
+    if run.status in FINISHED:
+        raise RunNotActive(f"The run is {run.status}; it cannot be {what}.")
+    if run.status == RunStatus.CANCELLING:
+        raise RunNotActive(f"The run is being cancelled; it cannot be {what}.")
+
+
+def refuse_exhausted(run: Run, what: str) -> None:
+    exhausted = budget_exhausted(run)
+    if exhausted:
+        raise BudgetExhausted(
+            f"The run cannot be {what}: {exhausted}. Grant more budget first; only an "
+            "operator's grant adds budget."
+        )
+
+
+# --- approval gates -------------------------------------------------------------------------
+# An operator action moves a run to a checkpointed position; it must never move it past an
+# approval state it has not passed. Only the approval gate (``approvals.services.
+# approval_gate``, called by the worker at the approval state) lets a run continue there.
+def _successors(definition: dict[str, Any]) -> dict[str, list[str]]:
+    graph: dict[str, list[str]] = {s: [] for s in definition.get("states") or ()}
+    for source, target in definition.get("transitions") or ():
+        graph.setdefault(source, []).append(target)
+    return graph
+
+
+def states_reachable(
+    definition: dict[str, Any], start: str, *, stop_at_approvals: bool = False
+) -> set[str]:
+    """The states reachable from ``start`` (itself included). With ``stop_at_approvals``
+    the walk enters approval states but never leaves one: what a run at ``start`` may reach
+    without anyone's approval."""
+    graph = _successors(definition)
+    gates = set(definition.get("approval_states") or ())
+    seen, todo = {start}, [start]
+    while todo:
+        state = todo.pop()
+        if stop_at_approvals and state in gates:
+            continue
+        for target in graph.get(state, ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def gate_in_the_way(definition: dict[str, Any], current: str, target: str) -> str | None:
+    """The approval state a jump from ``current`` to ``target`` would skip, or None.
+
+    Going back (``target`` lies before ``current`` and not also after it) and going forward
+    within the stretch that needs no approval are fine: the run meets its approval states
+    again on its own way. Anything else forward crosses an approval state.
+    """
+    if target in states_reachable(definition, current, stop_at_approvals=True):
+        return None
+    if current in states_reachable(definition, target) and target not in states_reachable(
+        definition, current
+    ):
+        return None
+    gates = definition.get("approval_states") or ()
+    free = states_reachable(definition, current, stop_at_approvals=True)
+    for gate in gates:
+        if gate in free and target in states_reachable(definition, gate):
+            return gate
+    return None
+
+
+def gated_states(definition: dict[str, Any]) -> set[str]:
+    """States a run can only reach through an approval state: past the approvals of a
+    workflow, seen from its initial state."""
+    initial = definition.get("initial") or (definition.get("states") or [""])[0]
+    free = states_reachable(definition, initial, stop_at_approvals=True)
+    return set(definition.get("states") or ()) - free
+
+
+# --- resume ---------------------------------------------------------------------------------
+def resume_check(run: Run) -> None:
+    """The refusals of ``run_resume`` for the run as it is (reads nothing more), so a
+    confirmation can show them before anyone confirms. Raises RunNotActive,
+    ActionNotAllowed or BudgetExhausted."""
+    refuse_finished(run, "resumed")
+    if run.status not in RESUMABLE:
+        raise ActionNotAllowed(_NOT_RESUMABLE.get(run.status, f"The run is {run.status}."))
+    if run.state in (run.workflow.definition.get("terminal") or ()):
+        # E.g. a rejected demo run: nothing is left to run from a final state, so a resumed
+        # run would only sit in ``running`` forever.
+        raise ActionNotAllowed(
+            f"The run ended in state {run.state}, a final state of its workflow: there is "
+            "nothing left to resume. Retry a named step or fork the run instead."
+        )
+    refuse_exhausted(run, "resumed")
+
+
+def run_resume(
+    *,
+    tenant: Tenant,
+    run_id: UUID | str,
+    expected_version: int,
+    reason: str = "",
+    actor: Actor,
+) -> Run:
+    """Continue a paused, waiting or failed run from its latest checkpoint.
+
+    One transaction: the run goes to ``running`` (version + 1, next eligible time cleared),
+    the ``run.resume`` command for the new version is enqueued, the audit event written.
+    A failed run resumes only while every budget has room: a run failed by an exhausted
+    budget needs ``run_grant_budget`` first. The reason is optional (API.md's body is only
+    ``expected_version``); the console always asks for one.
+
+    Raises NotFound, ConcurrentCheckpointWrite, RunNotActive (cancelled, succeeded,
+    cancelling), ActionNotAllowed (running, waiting for approval, reconciling, or a failed
+    run whose latest checkpoint is in a terminal state) or BudgetExhausted.
+    """
+    reason = reason_clean(reason, required=False)
+    with transaction.atomic():
+        run = locked_run(tenant=tenant, run_id=run_id)
+        version_check(run, expected_version)
+        resume_check(run)
+        previous = run.status
+        version = version_bump(
+            run,
+            expected_version,
+            status=RunStatus.RUNNING,
+            status_reason=said(f"resumed by {actor.name}", reason),
+            next_eligible_at=None,
+        )
+        enqueue_continue(run, version)
+        audit_record(
+            tenant=tenant,
+            actor=actor,
+            action="run.resume",
+            run_id=run.id,
+            target=f"run {run.id}",
+            reason=reason,
+            details={"from_status": previous, "version": version},
+        )
+    return run_reload(run)
+
+
+def said(what: str, reason: str) -> str:
+    return f"{what}: {reason}" if reason else what
+
+
+def run_reload(run: Run) -> Run:
+    return Run.objects.select_related("workflow", "forked_from_checkpoint").get(pk=run.pk)
+
+
+# --- budget -----------------------------------------------------------------------------------
+def _grant_amounts(
+    attempts: int | None, tokens: int | None, cost: float | int | None
+) -> dict[str, Any]:
+    amounts = {"attempts": attempts, "tokens": tokens, "cost": cost}
+    problems = {}
+    for name in ("attempts", "tokens"):
+        value = amounts[name]
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            problems[name] = "a whole number"
+        elif value is not None and value < 1:
+            problems[name] = "at least 1"
+    if cost is not None and (not isinstance(cost, int | float) or isinstance(cost, bool)):
+        problems["cost"] = "a number"
+    elif cost is not None and not 0 < cost < float("inf"):
+        problems["cost"] = "more than 0"
+    if problems:
+        raise InvalidRequest("The grant is not valid.", fields=problems)
+    return {k: v for k, v in amounts.items() if v is not None}
+
+
+def _parse_deadline(deadline: datetime | str | None) -> datetime | None:
+    if deadline is None or isinstance(deadline, datetime):
+        parsed = deadline
+    else:
+        try:
+            parsed = datetime.fromisoformat(str(deadline).replace("Z", "+00:00"))
+        except ValueError:
+            parsed = None
+        if parsed is None:
+            raise InvalidRequest(
+                "deadline must be an RFC 3339 timestamp.", fields={"deadline": "invalid"}
+            )
+    if parsed is not None and parsed.tzinfo is None:
+        raise InvalidRequest(
+            "deadline needs a time zone.", fields={"deadline": "an RFC 3339 timestamp"}
+        )
+    return parsed
+
+
+def grant_refusal_while_leased(run: Run) -> str | None:
+    """Why a grant cannot be made now, or None: while someone holds the run's lease a step is
+    being executed under the current version, and a grant moves the version, so that step's
+    commit would be refused as stale and the step (its paid model calls too) would run again.
+    """
+    if not run.lease_held():
+        return None
+    return (
+        f"A worker is running this run right now ({run.lease_owner} holds its lease until "
+        f"{run.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC); a grant now would make the step it is "
+        "executing run again, model calls included. Nothing was done; grant again when it "
+        "pauses, waits or fails."
+    )
+
+
+@dataclass(frozen=True)
+class GrantPlan:
+    limits: dict[str, Any]  # the run's budget limits after the grant
+    granted: dict[str, Any]  # what is added (attempts, tokens, cost) and the new deadline
+
+
+def grant_plan(
+    run: Run,
+    *,
+    attempts: int | None = None,
+    tokens: int | None = None,
+    cost: float | int | None = None,
+    deadline: datetime | str | None = None,
+) -> GrantPlan:
+    """The run's budget limits after granting these amounts (a later ``deadline`` extends
+    it), with every refusal of ``run_grant_budget``, so a confirmation can show the limits
+    after or why not before anyone confirms. Reads nothing more than the run.
+
+    Raises InvalidRequest, RunNotActive, LeaseHeld or ActionNotAllowed.
+    """
+    amounts = _grant_amounts(attempts, tokens, cost)
+    new_deadline = _parse_deadline(deadline)
+    if not amounts and new_deadline is None:
+        raise InvalidRequest(
+            "Name what to grant: attempts, tokens, cost or a later deadline.",
+            fields={"attempts": "one of attempts, tokens, cost, deadline is required"},
+        )
+    refuse_finished(run, "granted budget")
+    if run.status == RunStatus.WAITING_APPROVAL:
+        raise ActionNotAllowed(
+            "The run waits for an approval bound to its current version; a grant now "
+            "would invalidate it. Decide the approval first."
+        )
+    leased = grant_refusal_while_leased(run)
+    if leased:
+        raise LeaseHeld(leased)
+    limits = dict(run.budget_limits)
+    for name, amount in amounts.items():
+        key = GRANT_KEYS[name]
+        if limits.get(key) is None:
+            raise ActionNotAllowed(f"The run has no {name} limit; there is nothing to raise.")
+        before = limits[key]
+        limits[key] = before + amount
+        if not limits[key] <= BUDGET_LIMIT_MAX:
+            raise InvalidRequest(
+                f"The {name} limit would become {limits[key]}; a budget holds at most "
+                f"{BUDGET_LIMIT_MAX}.",
+                fields={name: f"at most {BUDGET_LIMIT_MAX - before} more"},
+            )
+    if new_deadline is not None:
+        current = limits.get("deadline")
+        if current is None:
+            raise ActionNotAllowed("The run has no deadline; there is nothing to extend.")
+        if new_deadline <= datetime.fromisoformat(current):
+            raise ActionNotAllowed(
+                f"The new deadline must be later than the current one ({current})."
+            )
+        limits["deadline"] = new_deadline.isoformat()
+    granted = {**amounts, **({"deadline": limits["deadline"]} if new_deadline else {})}
+    return GrantPlan(limits=limits, granted=granted)
+
+
+def run_grant_budget(
+    *,
+    tenant: Tenant,
+    run_id: UUID | str,
+    reason: str,
+    attempts: int | None = None,
+    tokens: int | None = None,
+    cost: float | int | None = None,
+    deadline: datetime | str | None = None,
+    expected_version: int | None = None,
+    actor: Actor,
+) -> Run:
+    """Raise the run's budget limits by the given amounts (a later ``deadline`` extends it).
+
+    The only way budget is added; usage is never lowered. One transaction with its audit
+    event (limits before and after). It does not change the status: a run that failed for an
+    exhausted budget stays failed until someone resumes it. A run that is running or
+    waiting to retry gets its ``run.resume`` command again for the new version (the old one
+    is now stale). A run waiting for approval is refused: the pending approval is bound to
+    its version. So is a run whose lease is held (checked under the run's row lock, which a
+    worker's lease update waits for): the step being executed would have to run again.
+
+    Raises NotFound, InvalidRequest, ConcurrentCheckpointWrite, RunNotActive, LeaseHeld (a
+    worker is executing a step) or ActionNotAllowed (an unlimited budget, an earlier
+    deadline, waiting for approval).
+    """
+    reason = reason_clean(reason)
+    with transaction.atomic():
+        run = locked_run(tenant=tenant, run_id=run_id)
+        expected = version_check(run, expected_version)
+        before = dict(run.budget_limits)
+        plan = grant_plan(run, attempts=attempts, tokens=tokens, cost=cost, deadline=deadline)
+        what = ", ".join(
+            "a later deadline" if k == "deadline" else f"{k} +{v}" for k, v in plan.granted.items()
+        )
+        # The reason the page shows must not keep saying the budget is used up.
+        status_reason = (
+            f"budget granted by {actor.name} ({what}); resume the run to continue"
+            if run.status == RunStatus.FAILED
+            else f"budget granted by {actor.name} ({what})"
+        )
+        version = version_bump(
+            run, expected, budget_limits=plan.limits, status_reason=status_reason
+        )
+        if run.status in (RunStatus.RUNNING, RunStatus.WAITING_RETRY):
+            enqueue_continue(run, version, available_at=run.next_eligible_at)
+        audit_record(
+            tenant=tenant,
+            actor=actor,
+            action="run.budget_grant",
+            run_id=run.id,
+            target=", ".join(
+                "deadline" if k == "deadline" else f"{k} +{v}" for k, v in plan.granted.items()
+            ),
+            reason=reason,
+            details={
+                "granted": plan.granted,
+                "limits_before": before,
+                "limits_after": plan.limits,
+            },
+        )
+    return run_reload(run)

@@ -1,0 +1,59 @@
+"""Celery tasks: thin adapters over the runtime and outbox services (JSON arguments only).
+
+Scheduled tasks run their job through a claim (scheduling.services), so any number of
+``celery beat`` processes start each job once per interval; a skipped run returns None."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from checkpoints.services.outbox import outbox_dispatch
+from runtime.executor import run_advance as _run_advance
+from runtime.executor import worker_heartbeat, worker_identity
+from runtime.rescue import runs_rescue as _runs_rescue
+from scheduling.services import periodic_job_run
+
+
+@shared_task(name="checkpoints.run_advance", acks_late=True, ignore_result=True)
+def run_advance(run_id: str, expected_version: int) -> str:
+    """Carry out a ``run.resume`` command (stale and duplicate commands are no-ops)."""
+    return _run_advance(run_id=run_id, expected_version=int(expected_version))
+
+
+@shared_task(name="checkpoints.outbox_sweep", ignore_result=True)
+def outbox_sweep() -> int | None:
+    """Publish due outbox messages that were not published at commit (or came due).
+
+    The sweep runs every few seconds, so it also tells the health page this worker is alive
+    while it has no run to work on (every worker that receives it, claimed or not)."""
+    owner = worker_identity()
+    worker_heartbeat(owner)
+    return periodic_job_run(name="checkpoints.outbox_sweep", job=outbox_dispatch, holder=owner)
+
+
+@shared_task(name="checkpoints.runs_rescue", ignore_result=True)
+def runs_rescue() -> int | None:
+    """Re-queue runs whose worker died or whose command was lost."""
+    return periodic_job_run(
+        name="checkpoints.runs_rescue", job=_runs_rescue, holder=worker_identity()
+    )
+
+
+@shared_task(name="checkpoints.runs_cancel_sweep", ignore_result=True)
+def runs_cancel_sweep() -> int | None:
+    """Settle the open operations of cancelling runs and finish their cancels."""
+    from runtime.services.cancel import runs_cancel_sweep as _runs_cancel_sweep
+
+    return periodic_job_run(
+        name="checkpoints.runs_cancel_sweep", job=_runs_cancel_sweep, holder=worker_identity()
+    )
+
+
+@shared_task(name="checkpoints.webhooks_deliver", ignore_result=True)
+def webhooks_deliver() -> int | None:
+    """Send due runner webhook deliveries (signed; failures retried with backoff)."""
+    from runtime.services.webhooks import webhooks_deliver as _webhooks_deliver
+
+    return periodic_job_run(
+        name="checkpoints.webhooks_deliver", job=_webhooks_deliver, holder=worker_identity()
+    )
