@@ -21,9 +21,9 @@ from checkpoints.selectors import runs_for_tenant
 from checkpoints.services.artifacts import artifact_get, artifact_read, artifact_store
 from checkpoints.services.checkpoints import checkpoint_commit, checkpoint_read, run_get, run_verify
 from checkpoints.services.integrity import checkpoints_columns_verify, run_head_verify
+from checkpoints.services.workflows import workflow_register, workflows_visible
 from runtime.services.leases import lease_acquire, lease_release
 from runtime.services.runs import budget_with_defaults, run_create
-from runtime.services.workflows import workflow_register, workflows_visible
 from tenants import roles
 from tenants.models import Tenant
 from tenants.selectors import request_tenant

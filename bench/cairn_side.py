@@ -17,7 +17,7 @@ WORKFLOW = {
 
 
 def tenant():  # noqa: ANN201
-    from runtime.services.workflows import workflow_register
+    from checkpoints.services.workflows import workflow_register
     from tenants.models import Tenant
 
     row, _ = Tenant.objects.get_or_create(slug="bench", defaults={"name": "Bench"})

@@ -206,7 +206,7 @@ def main() -> None:
     from django.urls import reverse
 
     from checkpoints.models import Run
-    from runtime.services.workflows import workflow_register
+    from checkpoints.services.workflows import workflow_register
     from tenants.services import Actor, member_set_role
     from tests.factories import SIMPLE_DEFINITION, TenantFactory, UserFactory
 

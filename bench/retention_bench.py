@@ -224,8 +224,8 @@ def main() -> None:
 
     from checkpoints.models import Checkpoint
     from checkpoints.services.checkpoints import run_verify
+    from checkpoints.services.workflows import workflow_register
     from retention.policies import PolicyInput, retention_policy_save
-    from runtime.services.workflows import workflow_register
     from tenants.services import Actor, tenant_create
     from tests.factories import SIMPLE_DEFINITION
 

@@ -57,6 +57,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "guardian",
+    # The project: commands that span the apps (rotate_keys).
+    "cairn",
     "tenants",
     "checkpoints",
     "runtime",

@@ -19,7 +19,8 @@ from runtime.services.actions import (
     run_grant_budget,
     run_resume,
 )
-from runtime.services.cancel import cancel_blocking_operations, run_cancel
+from runtime.services.cancel import run_cancel
+from runtime.services.cancel_finish import cancel_blocking_operations
 from runtime.services.forks import run_fork, run_fork_preview
 from runtime.services.operations import operation_record_outcome, operations_open
 from runtime.services.retry import retry_refusal, run_retry, workflow_steps

@@ -15,8 +15,8 @@ from django.conf import settings
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from cairn.ids import run_id_prefix_bounds
 from checkpoints.models import ExternalOperation, OperationStatus, Run, RunStatus
-from checkpoints.selectors import run_id_prefix_bounds
 from tenants.models import Tenant
 
 # sort key in the URL → model field; every order ends with the primary key for a stable

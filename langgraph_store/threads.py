@@ -14,6 +14,7 @@ from django.db import IntegrityError, transaction
 
 from cairn.errors import InvalidRequest, RunNotActive
 from checkpoints.models import Checkpoint, Execution, Run, WorkflowDefinition
+from checkpoints.services.workflows import workflow_register
 from langgraph_store.models import (
     ID_LENGTH,
     LangGraphBranch,
@@ -22,7 +23,6 @@ from langgraph_store.models import (
 )
 from runtime.services.forks import run_fork
 from runtime.services.runs import run_create
-from runtime.services.workflows import workflow_register
 from tenants.models import Tenant
 from tenants.services import Actor
 

@@ -10,8 +10,8 @@ from django.db import transaction
 
 from cairn.errors import InvalidRequest, NotFound
 from checkpoints.models import Run
+from checkpoints.services.workflows import workflows_visible
 from retention.models import RetentionPolicy
-from runtime.services.workflows import workflows_visible
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record
 

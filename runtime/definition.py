@@ -24,9 +24,25 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.services.workflows import definition_normalize
+from checkpoints.services.workflows import definition_normalize
 
 StepFunction = Callable[..., Any]
+
+
+# Every workflow declared in this process, by (type, version). The registry
+# (``runtime.registry``) reads it after importing CAIRN_WORKFLOW_MODULES, and stores the
+# definitions in the database; declaring writes nothing.
+declared: dict[tuple[str, str], Workflow] = {}
+
+
+def registry_add(workflow: Workflow) -> None:
+    # A module imported twice (e.g. under two names) redeclares the same workflow: the
+    # newer declaration wins, which is what a reload means.
+    declared[(workflow.workflow_type, workflow.version)] = workflow
+
+
+def registry_remove(workflow_type: str, version: str) -> None:
+    declared.pop((workflow_type, version), None)
 
 
 class WorkflowDeclarationError(Exception):
@@ -107,8 +123,6 @@ class Workflow:
         self.terminals: list[str] = []
         self._order: list[str] = []
         if register:
-            from runtime.registry import registry_add
-
             registry_add(self)
 
     def __repr__(self) -> str:

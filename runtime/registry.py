@@ -1,7 +1,8 @@
 """The in-memory registry of workflows declared in code, and their storage in the database.
 
-Declaring a ``Workflow`` adds it here; the modules named by ``CAIRN_WORKFLOW_MODULES`` are
-imported the first time the registry is read (by a worker, a command or run creation).
+Declaring a ``Workflow`` adds it to ``runtime.definition.declared``; the modules named by
+``CAIRN_WORKFLOW_MODULES`` are imported the first time the registry is read (by a worker, a
+command or run creation).
 Nothing here writes to the database at import time: ``workflows_sync`` does, when called.
 """
 
@@ -10,33 +11,19 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
 
 from cairn.errors import DefinitionConflict
 from checkpoints.models import WorkflowDefinition
-from runtime.services.workflows import workflow_register
-
-if TYPE_CHECKING:
-    from runtime.definition import Workflow
+from checkpoints.services.workflows import workflow_register
+from runtime.definition import Workflow, declared
 
 log = logging.getLogger("cairn.runtime")
 
-_workflows: dict[tuple[str, str], Workflow] = {}
 _loaded = False
 _lock = threading.Lock()
-
-
-def registry_add(workflow: Workflow) -> None:
-    # A module imported twice (e.g. under two names) redeclares the same workflow: the
-    # newer declaration wins, which is what a reload means.
-    _workflows[(workflow.workflow_type, workflow.version)] = workflow
-
-
-def registry_remove(workflow_type: str, version: str) -> None:
-    _workflows.pop((workflow_type, version), None)
 
 
 def _load_modules() -> None:
@@ -54,12 +41,12 @@ def _load_modules() -> None:
 def workflow_code(workflow_type: str, version: str) -> Workflow | None:
     """The code of a workflow version, or None when no loaded module declares it."""
     _load_modules()
-    return _workflows.get((workflow_type, version))
+    return declared.get((workflow_type, version))
 
 
 def workflows_declared() -> list[Workflow]:
     _load_modules()
-    return sorted(_workflows.values(), key=lambda w: (w.workflow_type, w.version))
+    return sorted(declared.values(), key=lambda w: (w.workflow_type, w.version))
 
 
 def workflows_sync() -> list[tuple[Workflow, str]]:

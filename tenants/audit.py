@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import QuerySet
 
-from checkpoints.selectors import run_id_prefix_bounds
+from cairn.ids import run_id_prefix_bounds
 from tenants.models import AuditEvent, Tenant
 from tenants.services import Actor, audit_record
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib.auth.validators import UnicodeUsernameValidator
 
-from checkpoints.selectors import RUN_ID_PREFIX_MIN, run_id_prefix_bounds
+from cairn.ids import RUN_ID_PREFIX_MIN, run_id_prefix_bounds
 from tenants import roles
 
 ROLE_LABELS = {"reviewer": "Reviewer", "operator": "Operator", "admin": "Admin"}

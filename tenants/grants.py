@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from cairn.errors import NotFound
-from checkpoints.models import Run
 from tenants.models import RunGrant, Tenant
 from tenants.services import Actor, audit_record, permissions_of
+
+
+def tenant_run_get(*, tenant: Tenant, run_id: UUID | str) -> Any:
+    """The tenant's run ``run_id``, or None. Tenants sit below the store and never import
+    it: they reach a run through the foreign key a grant declares (``checkpoints.Run``)."""
+    run_model = RunGrant._meta.get_field("run").related_model
+    try:
+        return run_model.objects.only("id", "tenant_id").filter(tenant=tenant, pk=run_id).first()
+    except (ValueError, TypeError, ValidationError):
+        return None
 
 
 def run_grant_create(
@@ -23,9 +34,8 @@ def run_grant_create(
     ``member_invite``). Atomic with its audit event. Raises NotFound when the run is not
     the tenant's.
     """
-    try:
-        run = Run.objects.only("id", "tenant_id").get(tenant=tenant, pk=run_id)
-    except (Run.DoesNotExist, ValueError, TypeError):
+    run = tenant_run_get(tenant=tenant, run_id=run_id)
+    if run is None:
         raise NotFound("No such run in this tenant.")
     with transaction.atomic():
         grant, created = RunGrant.objects.get_or_create(

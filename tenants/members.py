@@ -22,9 +22,8 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
 from cairn.errors import AlreadyMember, InvalidRequest, NotFound
-from checkpoints.models import Run
 from tenants import roles
-from tenants.grants import run_grant_create
+from tenants.grants import run_grant_create, tenant_run_get
 from tenants.models import MemberInvitation, RunGrant, Tenant, TenantUserObjectPermission
 from tenants.services import Actor, audit_record, member_set_role, permissions_of
 
@@ -83,7 +82,7 @@ def member_invite(
         )
     run = None
     if role is None:
-        run = Run.objects.filter(tenant=tenant, pk=run_id).only("id").first()
+        run = tenant_run_get(tenant=tenant, run_id=run_id)
         if run is None:
             raise NotFound("No such run in this tenant.")
     existing = get_user_model().objects.filter(username=username).first()

@@ -6,8 +6,8 @@ from typing import Any
 
 from checkpoints.models import ExternalOperation, OutboxMessage, Run
 from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.workflows import workflow_register
 from runtime.services.runs import run_create
-from runtime.services.workflows import workflow_register
 from tenants.models import AuditEvent
 from tenants.services import Actor
 from tests.protocol_support import approved_evidence, leaves_approval

@@ -11,8 +11,8 @@ from approvals.services import approval_decide, approval_request_create
 from checkpoints.models import Artifact, Run
 from checkpoints.services.artifacts import artifact_store
 from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.workflows import workflow_register
 from runtime.services.runs import run_create
-from runtime.services.workflows import workflow_register
 from tenants.models import Tenant
 from tenants.services import Actor
 from tests.factories import SIMPLE_DEFINITION

@@ -7,8 +7,8 @@ import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
+from checkpoints.services.workflows import workflow_register
 from runtime.services.runs import run_create
-from runtime.services.workflows import workflow_register
 from tenants.services import Actor, member_set_role, token_issue
 from tests.factories import SIMPLE_DEFINITION, TenantFactory, UserFactory
 

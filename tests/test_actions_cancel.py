@@ -10,7 +10,8 @@ import pytest
 from checkpoints.models import OperationStatus, RunStatus
 from runtime.providers import registry
 from runtime.providers.base import Outcome, ProviderResult
-from runtime.services.cancel import run_cancel, run_cancel_complete, runs_cancel_sweep
+from runtime.services.cancel import run_cancel, runs_cancel_sweep
+from runtime.services.cancel_finish import run_cancel_complete
 from runtime.services.leases import lease_acquire
 from runtime.services.operations import operation_record_outcome
 from tenants.services import Actor

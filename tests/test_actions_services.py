@@ -18,7 +18,8 @@ from cairn.errors import (
 from checkpoints.models import Checkpoint, OutboxMessage, RunStatus
 from checkpoints.services.checkpoints import checkpoint_commit
 from runtime.services.actions import run_grant_budget, run_resume
-from runtime.services.cancel import run_cancel, run_cancel_complete, runs_cancel_sweep
+from runtime.services.cancel import run_cancel, runs_cancel_sweep
+from runtime.services.cancel_finish import run_cancel_complete
 from tenants.services import Actor
 from tests.actions_support import advance, audit_events, operation, resume_messages, worker_run
 

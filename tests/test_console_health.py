@@ -64,7 +64,7 @@ def test_the_restore_threshold_is_adjustable(alice, bob, acme, workflow):  # noq
 
 
 def test_health_counts_only_the_current_tenant(alice, charlie, globex):  # noqa: ANN001
-    from runtime.services.workflows import workflow_register
+    from checkpoints.services.workflows import workflow_register
     from tests.factories import SIMPLE_DEFINITION
 
     workflow_register(

@@ -44,7 +44,7 @@ def test_the_runs_page_lists_the_tenants_runs_newest_first(bob_client, bob, acme
 
 
 def test_another_tenants_runs_are_never_listed(bob_client, bob, acme, workflow, charlie, globex):  # noqa: ANN001
-    from runtime.services.workflows import workflow_register
+    from checkpoints.services.workflows import workflow_register
     from tests.factories import SIMPLE_DEFINITION
 
     workflow_register(
@@ -249,7 +249,7 @@ def test_the_rows_poll_refreshes_the_visible_rows_in_place(bob_client, bob, acme
 
 
 def test_the_rows_poll_never_returns_another_tenants_run(bob_client, charlie, globex):  # noqa: ANN001
-    from runtime.services.workflows import workflow_register
+    from checkpoints.services.workflows import workflow_register
     from tests.factories import SIMPLE_DEFINITION
 
     workflow_register(

@@ -21,8 +21,8 @@ from cairn.errors import IntegrityFailure, InvalidRequest, LegalHoldActive
 from checkpoints.crypto import new_key_spec
 from checkpoints.models import Checkpoint, Run
 from checkpoints.services.checkpoints import run_verify
-from checkpoints.services.keys import keys_rotate
 from langgraph_store import payloads, services
+from langgraph_store.keys import langgraph_keys_rotate
 from langgraph_store.models import (
     LangGraphBlob,
     LangGraphCheckpoint,
@@ -200,7 +200,7 @@ def test_key_rotation_re_encrypts_langgraph_payloads(acme, settings):
     )
     old, new = settings.CAIRN_ENCRYPTION_KEYS, new_key_spec("k2")
     settings.CAIRN_ENCRYPTION_KEYS = f"{new},{old}"
-    assert keys_rotate(batch_size=1)["langgraph"] == sealed_rows
+    assert langgraph_keys_rotate(batch_size=1) == sealed_rows
     # The old key can go: everything reads under the new one alone.
     settings.CAIRN_ENCRYPTION_KEYS = new
     got = saver.get_tuple(configs[1])
@@ -208,7 +208,7 @@ def test_key_rotation_re_encrypts_langgraph_payloads(acme, settings):
         {"v": 1},
         [("task-1", "v", 2)],
     )
-    assert keys_rotate()["langgraph"] == 0
+    assert langgraph_keys_rotate() == 0
 
 
 def test_retention_deleting_cairn_checkpoints_deletes_what_they_recorded(acme):

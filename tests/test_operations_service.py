@@ -17,6 +17,7 @@ from cairn.errors import (
 )
 from checkpoints import crypto
 from checkpoints.models import ExternalOperation, OperationStatus, Run, RunStatus
+from checkpoints.services.workflows import workflow_register
 from runtime.services.operations import (
     operation_attempt,
     operation_confirm,
@@ -31,7 +32,6 @@ from runtime.services.operations import (
     request_fingerprint,
 )
 from runtime.services.runs import run_create
-from runtime.services.workflows import workflow_register
 from tenants.models import AuditEvent
 from tenants.services import Actor
 from tests.factories import SIMPLE_DEFINITION

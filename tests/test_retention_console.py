@@ -11,10 +11,10 @@ from django.urls import reverse
 
 from cairn.errors import InvalidRequest, NotFound
 from checkpoints.models import Checkpoint, Run, RunStatus
+from checkpoints.services.workflows import workflow_register
 from retention.models import RetentionPolicy
 from retention.policies import PolicyInput, legal_hold_set, retention_policy_save
 from retention.services import retention_apply
-from runtime.services.workflows import workflow_register
 from tenants.models import AuditEvent, Tenant
 from tenants.services import Actor
 from tests.factories import SIMPLE_DEFINITION

@@ -7,11 +7,10 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from checkpoints.models import WorkflowDefinition
+from checkpoints.services.workflows import definition_normalize
 from runtime import Workflow
-from runtime.definition import WorkflowDeclarationError
+from runtime.definition import WorkflowDeclarationError, registry_add, registry_remove
 from runtime.demo import research
-from runtime.registry import registry_add, registry_remove
-from runtime.services.workflows import definition_normalize
 from tests.runtime_support import start
 
 

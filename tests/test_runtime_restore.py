@@ -12,7 +12,8 @@ from django.core.files.storage import default_storage
 from checkpoints.models import Artifact, Checkpoint, Run, RunStatus
 from checkpoints.services.checkpoints import run_verify
 from runtime import Workflow
-from runtime.registry import registry_add, workflow_code
+from runtime.definition import registry_add
+from runtime.registry import workflow_code
 from tenants.models import AuditEvent
 from tests.runtime_support import advance, checkpoint_write_raw, envelope_at, start
 

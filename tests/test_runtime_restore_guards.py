@@ -10,7 +10,7 @@ import pytest
 from checkpoints.crypto import new_key_spec
 from checkpoints.models import OutboxMessage, Run, RunStatus
 from runtime import Workflow
-from runtime.registry import registry_add
+from runtime.definition import registry_add
 from runtime.rescue import runs_rescue
 from tests.runtime_support import advance, start
 

@@ -28,7 +28,7 @@ WRITERS = 20
 SEED = """
 import json
 from runtime.services.runs import run_create
-from runtime.services.workflows import workflow_register
+from checkpoints.services.workflows import workflow_register
 from tenants.services import Actor, member_set_role, token_issue
 from tests.factories import SIMPLE_DEFINITION, TenantFactory, UserFactory
 acme = TenantFactory(slug="acme")

@@ -53,6 +53,7 @@ from checkpoints.services.commit_rules import (
     commit_rules_check,
 )
 from checkpoints.services.commit_sql import RunHead
+from checkpoints.services.workflows import transition_allowed
 from observability.latency import commit_latency_record
 from retention.references import references_record
 from tenants.models import Tenant
@@ -630,8 +631,6 @@ def _commit_execute(write: commit_sql.CommitWrite, full: dict[str, Any]) -> int 
 
 
 def transition_ok(run: Run | RunHead, state: str) -> bool:
-    from runtime.services.workflows import transition_allowed
-
     definition = run.definition if isinstance(run, RunHead) else run.workflow.definition
     if state not in definition["states"]:
         return False

@@ -25,8 +25,8 @@ def _allow_rotation() -> None:
 def keys_rotate(
     *, batch_size: int = 500, progress: Callable[[str, int], None] | None = None
 ) -> dict[str, int]:
-    """Re-encrypt checkpoints, artifacts, operation results and LangGraph payloads not
-    under the active key.
+    """Re-encrypt the store's checkpoints, artifacts and operation results not under the
+    active key (``rotate_keys`` also rotates the LangGraph thread store's payloads).
 
     Each batch is its own short transaction; the command is safe to stop and run again (a
     row is either under its old key or the new one, both readable while both are
@@ -88,8 +88,4 @@ def keys_rotate(
                     )
             totals["operations"] += len(batch)
             report("operations", totals["operations"])
-    # LangGraph threads' payloads (an installed app that never imports LangGraph itself).
-    from langgraph_store.keys import langgraph_keys_rotate
-
-    totals["langgraph"] = langgraph_keys_rotate(batch_size=batch_size, progress=report)
     return totals

@@ -14,9 +14,9 @@ from django.shortcuts import redirect, render
 
 from cairn.errors import CairnError
 from checkpoints.services.budgets import BUDGET_LIMIT_MAX
+from checkpoints.services.workflows import workflows_visible
 from console.form_fields import json_object_from_text
 from runtime.services.runs import budget_with_defaults, run_create
-from runtime.services.workflows import workflows_visible
 from tenants import roles
 from tenants.access import console_view
 from tenants.models import Tenant

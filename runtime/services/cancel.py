@@ -10,11 +10,11 @@ moves, so no worker commits for it again) and then tries to settle those operati
    settles it; "cannot tell" makes it ``unknown`` for a person to decide; a provider that
    has no record of a reserved or pending operation, while no worker holds the run's
    lease, means it was never performed: it is failed with that reason.
-2. ``run_cancel_complete`` then moves the run to ``cancelled`` once nothing is open. It is
-   the hook for everyone who settles an operation of a cancelling run: the operation
-   services (``operation_confirm`` / ``operation_fail``) call it in their transaction, so an
-   outcome recorded by an operator or the reconciler finishes the cancel at once. Calling it
-   is cheap and idempotent.
+2. ``run_cancel_complete`` (in ``runtime.services.cancel_finish``) then moves the run to
+   ``cancelled`` once nothing is open. It is the hook for everyone who settles an
+   operation of a cancelling run: the operation services (``operation_confirm`` /
+   ``operation_fail``) call it in their transaction, so an outcome recorded by an operator
+   or the reconciler finishes the cancel at once. Calling it is cheap and idempotent.
 3. ``runs_cancel_sweep`` repeats 1-2 for every cancelling run (the periodic safety net, for
    providers that were unavailable and outcomes recorded through the API).
 """
@@ -25,10 +25,9 @@ import logging
 from uuid import UUID
 
 from django.db import transaction
-from django.db.models import QuerySet
 
 from cairn.errors import CairnError, RunNotActive
-from checkpoints.models import ExternalOperation, OperationStatus, Run, RunStatus
+from checkpoints.models import OperationStatus, Run, RunStatus
 from checkpoints.services import outbox
 from runtime.services.actions import (
     FINISHED,
@@ -39,24 +38,11 @@ from runtime.services.actions import (
     version_bump,
     version_check,
 )
+from runtime.services.cancel_finish import cancel_blocking_operations, run_cancel_complete
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record
 
 log = logging.getLogger("cairn.actions")
-
-# Wider than the reconciler's open statuses: an API caller may call its provider while the
-# operation is only reserved, so a reserved one may have happened too.
-CANCEL_BLOCKING_STATUSES = (
-    OperationStatus.RESERVED,
-    OperationStatus.PENDING,
-    OperationStatus.UNKNOWN,
-)
-
-
-def cancel_blocking_operations(run: Run) -> QuerySet[ExternalOperation]:
-    return ExternalOperation.objects.filter(run=run, status__in=CANCEL_BLOCKING_STATUSES).order_by(
-        "created_at", "id"
-    )
 
 
 def run_cancel(
@@ -169,38 +155,6 @@ def run_cancel_settle(*, tenant: Tenant, run_id: UUID | str, actor: Actor) -> bo
     # call run_cancel_complete); this catches a run whose operations were settled before.
     run_cancel_complete(tenant=tenant, run_id=run.id, actor=actor)
     return Run.objects.filter(pk=run.pk, status=RunStatus.CANCELLED).exists()
-
-
-def run_cancel_complete(*, tenant: Tenant, run_id: UUID | str, actor: Actor) -> bool:
-    """Finish the cancel of a ``cancelling`` run once none of its operations is open.
-
-    Returns True when it moved the run to ``cancelled``, False when the run is not
-    cancelling or still has open operations. One transaction with its audit event
-    ``run.cancel_completed``. Raises NotFound.
-    """
-    with transaction.atomic():
-        run = locked_run(tenant=tenant, run_id=run_id)
-        if run.status != RunStatus.CANCELLING or cancel_blocking_operations(run).exists():
-            return False
-        version = version_bump(
-            run,
-            run.version,
-            status=RunStatus.CANCELLED,
-            status_reason="cancelled: every open operation was settled first",
-        )
-        settled = dict(
-            ExternalOperation.objects.filter(run=run).values_list("idempotency_key", "status")
-        )
-        audit_record(
-            tenant=tenant,
-            actor=actor,
-            action="run.cancel_completed",
-            run_id=run.id,
-            target=f"run {run.id}",
-            details={"version": version, "operations": settled},
-        )
-    log.info("run cancelled after its operations were settled", extra={"run": str(run.id)})
-    return True
 
 
 def runs_cancel_sweep(*, limit: int = 100) -> int:

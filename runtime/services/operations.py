@@ -7,7 +7,7 @@ are final. Repeating the move that produced the current status with the same dat
 answered with the record unchanged, so a retried API call is harmless; any other move
 raises OperationStateConflict. Every status change writes an audit event in its
 transaction, and settling the last open operation of a ``cancelling`` run finishes the
-cancel (``runtime.services.cancel.run_cancel_complete``) in the same transaction.
+cancel (``runtime.services.cancel_finish.run_cancel_complete``) in the same transaction.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from checkpoints.envelope import canonical_json, find_secret
 from checkpoints.models import ExternalOperation, OperationStatus, Run, RunStatus
 from checkpoints.services.checkpoints import run_get
 from runtime.services.actions import locked_run
-from runtime.services.cancel import run_cancel_complete
+from runtime.services.cancel_finish import run_cancel_complete
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record
 

@@ -8,14 +8,15 @@ from typing import Any
 
 from django.db import transaction
 
-from cairn.errors import InvalidRequest, PayloadTooLarge, SecretInEnvelope
+from cairn.errors import InvalidRequest, PayloadTooLarge, SecretInEnvelope, UnknownWorkflow
 from checkpoints.envelope import canonical_json, find_secret
-from checkpoints.models import Execution, Run, RunStatus
+from checkpoints.models import Execution, Run, RunStatus, WorkflowDefinition
 from checkpoints.services import outbox
 from checkpoints.services.budgets import BUDGET_LIMIT_MAX
 from checkpoints.services.checkpoints import checkpoint_build, checkpoint_insert, envelope_prepare
+from checkpoints.services.workflows import workflow_resolve
 from observability.logs import transition_log
-from runtime.services.workflows import workflow_resolve
+from runtime.registry import workflow_ensure_registered
 from tenants.models import Tenant
 from tenants.services import Actor
 
@@ -79,6 +80,19 @@ def budget_with_defaults(budget: dict[str, Any] | None) -> dict[str, Any]:
     return budget
 
 
+def _workflow_for_run(
+    *, tenant: Tenant, workflow_type: str, version: str | None
+) -> WorkflowDefinition:
+    """The stored definition; a workflow declared in Python but not synced yet is stored on
+    first use (the store knows definitions, the engine knows which code declares them)."""
+    try:
+        return workflow_resolve(tenant=tenant, workflow_type=workflow_type, version=version)
+    except UnknownWorkflow:
+        if not workflow_ensure_registered(workflow_type, version):
+            raise
+    return workflow_resolve(tenant=tenant, workflow_type=workflow_type, version=version)
+
+
 def run_create(
     *,
     tenant: Tenant,
@@ -96,7 +110,7 @@ def run_create(
     command are written together. Raises UnknownWorkflow, InvalidRequest, SecretInEnvelope
     or PayloadTooLarge.
     """
-    workflow = workflow_resolve(
+    workflow = _workflow_for_run(
         tenant=tenant, workflow_type=workflow_type, version=workflow_version
     )
     if execution is None:

@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from checkpoints.models import Run
-from runtime.services.workflows import workflow_register
+from checkpoints.services.workflows import workflow_register
 from tenants.services import Actor, member_set_role
 from tests.approvals_support import ask, at_review, decide, draft
 from tests.approvals_support import worker_run as approvals_run

@@ -7,9 +7,9 @@ import re
 
 from playwright.sync_api import expect
 
+from checkpoints.services.workflows import workflow_register
 from retention.models import RetentionPolicy
 from retention.policies import PolicyInput, retention_policy_save
-from runtime.services.workflows import workflow_register
 from tenants.models import AuditEvent, Tenant
 from tenants.services import Actor
 from tests.factories import SIMPLE_DEFINITION

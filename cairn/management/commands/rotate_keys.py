@@ -1,6 +1,10 @@
+"""Rotate every sealed payload to the active key: the store's rows, then each app that
+keeps sealed rows of its own. It lives in the project because it spans the apps."""
+
 from django.core.management.base import BaseCommand
 
 from checkpoints.services.keys import keys_rotate
+from langgraph_store.keys import langgraph_keys_rotate
 
 
 class Command(BaseCommand):
@@ -14,5 +18,6 @@ class Command(BaseCommand):
             self.stdout.write(f"  {kind}: {done} re-encrypted")
 
         totals = keys_rotate(batch_size=batch_size, progress=progress)
+        totals["langgraph"] = langgraph_keys_rotate(batch_size=batch_size, progress=progress)
         summary = ", ".join(f"{kind} {count}" for kind, count in totals.items())
         self.stdout.write(self.style.SUCCESS(f"Rotation complete: {summary}."))

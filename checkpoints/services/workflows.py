@@ -160,11 +160,6 @@ def workflow_resolve(
     rows = workflows_visible(tenant=tenant).filter(workflow_type=workflow_type)
     row = rows.filter(version=version).first() if version else rows.order_by("-created_at").first()
     if row is None:
-        # A workflow declared in Python but not synced yet is stored on first use.
-        from runtime.registry import workflow_ensure_registered
-
-        if workflow_ensure_registered(workflow_type, version):
-            return workflow_resolve(tenant=tenant, workflow_type=workflow_type, version=version)
         named = f"{workflow_type} version {version}" if version else workflow_type
         raise UnknownWorkflow(f"No workflow {named} is registered.")
     return row
