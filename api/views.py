@@ -19,8 +19,9 @@ from api.parsers import read_limited
 from checkpoints.models import Checkpoint, RunStatus
 from checkpoints.selectors import runs_for_tenant
 from checkpoints.services.artifacts import artifact_get, artifact_read, artifact_store
-from checkpoints.services.checkpoints import checkpoint_commit, checkpoint_read, run_get, run_verify
+from checkpoints.services.checkpoints import checkpoint_commit, checkpoint_read, run_verify
 from checkpoints.services.integrity import checkpoints_columns_verify, run_head_verify
+from checkpoints.services.reads import run_get
 from checkpoints.services.workflows import workflow_register, workflows_visible
 from runtime.services.leases import lease_acquire, lease_release
 from runtime.services.runs import budget_with_defaults, run_create

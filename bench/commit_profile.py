@@ -51,7 +51,8 @@ def main() -> int:
     from checkpoints import crypto
     from checkpoints import envelope as env
     from checkpoints.models import Run
-    from checkpoints.services.checkpoints import _check_client_groups, checkpoint_build, run_get
+    from checkpoints.services.checkpoints import _check_client_groups, checkpoint_build
+    from checkpoints.services.reads import run_get
 
     tenant = cairn_side.tenant()
     committer = cairn_side.Committer(tenant, args.size)

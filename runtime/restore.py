@@ -19,8 +19,8 @@ from checkpoints.crypto import MissingKeyError
 from checkpoints.models import Artifact, Checkpoint, Run
 from checkpoints.services.artifacts import artifact_content
 from checkpoints.services.budgets import budget_exhausted
-from checkpoints.services.checkpoints import checkpoint_envelope
 from checkpoints.services.integrity import checkpoint_columns_problem, run_head_problem
+from checkpoints.services.reads import checkpoint_envelope
 
 from . import hooks
 from .lease import used_merge

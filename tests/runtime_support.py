@@ -9,7 +9,8 @@ from typing import Any
 from checkpoints import crypto
 from checkpoints import envelope as env
 from checkpoints.models import Checkpoint, Run
-from checkpoints.services.checkpoints import checkpoint_envelope, envelope_seal
+from checkpoints.services.checkpoints import envelope_seal
+from checkpoints.services.reads import checkpoint_envelope
 from runtime.executor import run_advance
 from runtime.services.runs import run_create
 from tenants.services import Actor

@@ -18,7 +18,8 @@ from cairn.errors import (
 )
 from checkpoints.models import Checkpoint, Run, RunStatus
 from checkpoints.services.artifacts import artifact_store
-from checkpoints.services.checkpoints import checkpoint_envelope, run_verify
+from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.reads import checkpoint_envelope
 from runtime.services.cancel import run_cancel
 from runtime.services.forks import merge_patch, run_fork, run_fork_preview
 from runtime.services.leases import lease_acquire

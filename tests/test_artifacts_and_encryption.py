@@ -12,7 +12,8 @@ from checkpoints import crypto
 from checkpoints.crypto import new_key_spec
 from checkpoints.models import Artifact, Checkpoint
 from checkpoints.services.artifacts import artifact_content, artifact_store
-from checkpoints.services.checkpoints import checkpoint_commit, checkpoint_envelope
+from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.reads import checkpoint_envelope
 from tenants.services import Actor
 
 pytestmark = pytest.mark.django_db

@@ -17,7 +17,8 @@ from cairn.errors import (
 )
 from checkpoints.models import Checkpoint, OutboxMessage, Run
 from checkpoints.services.artifacts import artifact_store
-from checkpoints.services.checkpoints import checkpoint_commit, checkpoint_envelope
+from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.reads import checkpoint_envelope
 from tenants.services import Actor
 
 pytestmark = pytest.mark.django_db

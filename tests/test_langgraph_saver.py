@@ -18,7 +18,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
 from checkpoints.models import Checkpoint, Run
-from checkpoints.services.checkpoints import checkpoint_envelope, run_verify
+from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.reads import checkpoint_envelope
 from langgraph_store import threads
 from langgraph_store.models import LangGraphCheckpoint
 from langgraph_store.saver import AsyncCairnSaver, CairnSaver

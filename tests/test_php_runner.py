@@ -18,7 +18,8 @@ import pytest
 from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.services import approval_decide
 from checkpoints.models import Checkpoint, ExternalOperation, Run, RunStatus
-from checkpoints.services.checkpoints import checkpoint_envelope, run_verify
+from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.reads import checkpoint_envelope
 from tenants.services import Actor, token_issue
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -17,7 +17,7 @@ from approvals.selectors import approvals_for_run, request_get, requests_for_ten
 from approvals.services import approval_decide, approval_request_create
 from cairn.errors import InvalidRequest
 from checkpoints.services.artifacts import artifact_read
-from checkpoints.services.checkpoints import run_get
+from checkpoints.services.reads import run_get
 from tenants import roles
 
 

@@ -53,6 +53,7 @@ from checkpoints.services.commit_rules import (
     commit_rules_check,
 )
 from checkpoints.services.commit_sql import RunHead
+from checkpoints.services.reads import FIELD, TABLE, checkpoint_envelope, run_get
 from checkpoints.services.workflows import transition_allowed
 from observability.latency import commit_latency_record
 from retention.references import references_record
@@ -61,8 +62,6 @@ from tenants.services import Actor, audit_record
 
 log = logging.getLogger("cairn.checkpoints")
 
-TABLE = "checkpoint"
-FIELD = "envelope"
 BUDGET_USED_KEYS = ("attempts_used", "tokens_used", "cost_used", "elapsed_seconds")
 BUDGET_LIMIT_KEYS = ("max_attempts", "max_tokens", "max_cost", "deadline")
 # Statuses a writer may set with a commit; the rest belong to operator actions.
@@ -93,14 +92,6 @@ class CommitResult:
     outbox_id: int | None = None  # the run's next command (or event) in the outbox
 
 
-def run_get(*, tenant: Tenant, run_id: UUID | str) -> Run:
-    """The tenant's run, or NotFound (also for another tenant's run: existence is private)."""
-    try:
-        return Run.objects.select_related("workflow").get(tenant=tenant, pk=run_id)
-    except (Run.DoesNotExist, ValueError):
-        raise NotFound("No such run.")
-
-
 def canonical_seal(*, tenant_id: object, checkpoint_id: object, canonical: bytes) -> str:
     """An envelope's canonical bytes sealed for its checkpoint row (compressed, then
     encrypted with the tenant, table, row and field as associated data)."""
@@ -118,21 +109,6 @@ def envelope_seal(*, tenant_id: object, checkpoint_id: object, envelope: dict[st
     return canonical_seal(
         tenant_id=tenant_id, checkpoint_id=checkpoint_id, canonical=env.canonical_json(envelope)
     )
-
-
-def checkpoint_envelope(checkpoint: Checkpoint) -> dict[str, Any]:
-    """The decrypted envelope as stored (not migrated). Raises IntegrityFailure."""
-    try:
-        plain = crypto.unseal(
-            checkpoint.envelope_sealed,
-            tenant_id=checkpoint.tenant_id,
-            table=TABLE,
-            row_id=checkpoint.id,
-            field=FIELD,
-        )
-        return json.loads(plain)
-    except crypto.DecryptionError as exc:
-        raise IntegrityFailure(f"Checkpoint {checkpoint.sequence} cannot be decrypted: {exc}")
 
 
 def budget_limits_snapshot(run: Run) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from uuid import UUID
 from cairn.errors import IntegrityFailure
 from checkpoints import envelope as env
 from checkpoints.models import Checkpoint, Run
+from checkpoints.services.reads import checkpoint_envelope, run_get
 from tenants.models import Tenant
 
 
@@ -88,8 +89,6 @@ def checkpoint_columns_verify(checkpoint: Checkpoint, envelope: dict[str, Any]) 
 def checkpoints_columns_verify(checkpoints: list[Checkpoint]) -> None:
     """The same for a page of history (decrypts each). Raises IntegrityFailure naming
     every altered checkpoint of the page."""
-    from checkpoints.services.checkpoints import checkpoint_envelope
-
     problems = [
         problem
         for checkpoint in checkpoints
@@ -103,8 +102,6 @@ def run_head_verify(*, tenant: Tenant, run_id: UUID | str) -> Run:
     """Before an externally driven commit: the run's head as its columns name it must be
     the head its sealed envelope names, or the commit would start from a forged position.
     Reads only. Returns the run; raises NotFound or IntegrityFailure."""
-    from checkpoints.services.checkpoints import checkpoint_envelope, run_get
-
     run = run_get(tenant=tenant, run_id=run_id)
     if not run.checkpoint_sequence:
         return run

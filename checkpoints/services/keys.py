@@ -9,7 +9,8 @@ from django.db import connection, transaction
 from checkpoints import crypto
 from checkpoints.models import Artifact, Checkpoint, ExternalOperation
 from checkpoints.services.artifacts import artifact_reseal
-from checkpoints.services.checkpoints import checkpoint_envelope, envelope_seal
+from checkpoints.services.checkpoints import envelope_seal
+from checkpoints.services.reads import checkpoint_envelope
 
 OPERATION_TABLE, OPERATION_FIELD = "external_operation", "result"
 # Sealed operation columns and the field name each is bound to (runtime.services.operations).

@@ -35,7 +35,8 @@ from checkpoints.models import (
     RunStatus,
 )
 from checkpoints.services import outbox
-from checkpoints.services.checkpoints import BUDGET_USED_KEYS, checkpoint_envelope, run_get
+from checkpoints.services.checkpoints import BUDGET_USED_KEYS
+from checkpoints.services.reads import checkpoint_envelope, run_get
 from runtime.services.actions import (
     gated_states,
     reason_clean,

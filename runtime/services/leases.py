@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from cairn.errors import ConcurrentCheckpointWrite, InvalidRequest, LeaseHeld, RunNotActive
 from checkpoints.models import ACTIVE_STATUSES, Run
-from checkpoints.services.checkpoints import run_get
+from checkpoints.services.reads import run_get
 from tenants.models import Tenant
 
 MAX_TTL_SECONDS = 3600

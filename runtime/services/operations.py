@@ -36,7 +36,7 @@ from cairn.errors import (
 from checkpoints import crypto
 from checkpoints.envelope import canonical_json, find_secret
 from checkpoints.models import ExternalOperation, OperationStatus, Run, RunStatus
-from checkpoints.services.checkpoints import run_get
+from checkpoints.services.reads import run_get
 from runtime.services.actions import locked_run
 from runtime.services.cancel_finish import run_cancel_complete
 from tenants.models import Tenant

@@ -16,7 +16,7 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest, ApprovalStatus
 from cairn.errors import InvalidRequest
 from checkpoints.models import TERMINAL_STATUSES, Run, RunStatus
-from checkpoints.services.checkpoints import run_get
+from checkpoints.services.reads import run_get
 from tenants.models import Tenant
 
 MAX_WAIT_SECONDS = 30
