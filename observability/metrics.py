@@ -1,14 +1,16 @@
-"""The figures served at ``/metrics``, in the Prometheus text exposition format (0.0.4).
+"""The figures served at ``/metrics``: a prometheus-client collector that reads them from
+the database on each scrape, so every web process serves the same numbers whichever process
+did the work.
 
-Written by hand: a few gauges, counters and histograms computed from the database on each
-scrape, so every web process serves the same numbers whichever process did the work.
+The collector is registered on a registry of its own per scrape, not on prometheus-client's
+global one: that one also serves the process and platform collectors, which /metrics never
+served, and a fresh registry carries no state from one scrape (or test) to the next.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterator
 from datetime import datetime
 
 from django.apps import apps
@@ -16,6 +18,15 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
 
 from checkpoints.models import (
     ACTIVE_STATUSES,
@@ -31,87 +42,69 @@ from observability.latency import BUCKETS as LATENCY_BUCKETS
 from observability.latency import COMMIT_LATENCY, latency_histogram
 from observability.selectors import stalled_before
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# generate_latest writes the classic text format; prometheus-client's CONTENT_TYPE_LATEST
+# names version 1.0.0 (UTF-8 names) since 0.23, which is not what this document is.
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 AGE_BUCKETS = (60, 300, 900, 3600, 6 * 3600, 86400, 7 * 86400)
 RETENTION_KINDS = ("checkpoint", "artifact", "run")
 
-Labels = dict[str, str]
+
+def _le(bound: float) -> str:
+    """A bucket bound as its ``le`` label: ``60``, ``0.005`` (never ``60.0``), as /metrics
+    has always labelled them."""
+    return str(int(bound)) if float(bound).is_integer() else repr(float(bound))
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _labels(labels: Labels) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items()) + "}"
-
-
-def _number(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer():
-        return str(int(value))
-    return repr(float(value))
-
-
-class Exposition:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def family(
-        self, name: str, kind: str, help_text: str, samples: Iterable[tuple[Labels, float]]
-    ) -> None:
-        self.lines.append(f"# HELP {name} {help_text}")
-        self.lines.append(f"# TYPE {name} {kind}")
-        for labels, value in samples:
-            self.lines.append(f"{name}{_labels(labels)} {_number(value)}")
-
-    def histogram(
-        self,
-        name: str,
-        help_text: str,
-        cumulative: Iterable[tuple[float, float]],
-        count: float,
-        total: float,
-    ) -> None:
-        self.lines.append(f"# HELP {name} {help_text}")
-        self.lines.append(f"# TYPE {name} histogram")
-        for bound, value in cumulative:
-            self.lines.append(f'{name}_bucket{{le="{_number(bound)}"}} {_number(value)}')
-        self.lines.append(f'{name}_bucket{{le="+Inf"}} {_number(count)}')
-        self.lines.append(f"{name}_sum {_number(total)}")
-        self.lines.append(f"{name}_count {_number(count)}")
-
-    def text(self) -> str:
-        return "\n".join(self.lines) + "\n"
-
-
-def _runs_by_status() -> list[tuple[Labels, float]]:
+def _runs() -> GaugeMetricFamily:
+    family = GaugeMetricFamily(
+        "cairn_runs", "Runs by tenant and status.", labels=["tenant", "status"]
+    )
     counts: dict[str, dict[str, int]] = defaultdict(dict)
     for slug, status, n in (
         Run.objects.values_list("tenant__slug", "status").annotate(n=Count("id")).order_by()
     ):
         counts[slug][status] = n
-    return [
-        ({"tenant": slug, "status": status}, by_status.get(status, 0))
-        for slug, by_status in sorted(counts.items())
-        for status in RunStatus.values
-    ]
+    for slug, by_status in sorted(counts.items()):
+        for status in RunStatus.values:
+            family.add_metric([slug, status], by_status.get(status, 0))
+    return family
 
 
-def _checkpoint_ages(now: datetime) -> tuple[list[tuple[float, float]], int, float]:
+def _checkpoint_ages(now: datetime) -> HistogramMetricFamily:
     latest = Run.objects.filter(status__in=ACTIVE_STATUSES).values("latest_checkpoint_id")
     ages = [
         max(0.0, (now - created).total_seconds())
         for created in Checkpoint.objects.filter(pk__in=latest).values_list("created_at", flat=True)
     ]
-    cumulative = [(bound, sum(1 for age in ages if age <= bound)) for bound in AGE_BUCKETS]
-    return cumulative, len(ages), sum(ages)
+    buckets = [(_le(bound), sum(1 for age in ages if age <= bound)) for bound in AGE_BUCKETS]
+    return HistogramMetricFamily(
+        "cairn_active_checkpoint_age_seconds",
+        "Age of the latest checkpoint of each active run.",
+        buckets=[*buckets, ("+Inf", len(ages))],
+        sum_value=sum(ages),
+    )
 
 
-def _stalled_operations() -> list[tuple[Labels, float]]:
+def _restores() -> Iterator[Metric]:
+    restores = Run.objects.aggregate(total=Sum("restore_count"), most=Max("restore_count"))
+    yield CounterMetricFamily(
+        "cairn_restores_total",
+        "Restores of all runs (a worker took over a run whose lease expired).",
+        value=restores["total"] or 0,
+    )
+    yield GaugeMetricFamily(
+        "cairn_run_restores_max",
+        "The most restores of any one run.",
+        value=restores["most"] or 0,
+    )
+
+
+def _stalled_operations() -> GaugeMetricFamily:
+    family = GaugeMetricFamily(
+        "cairn_stalled_operations",
+        f"Operations pending for more than {settings.CAIRN_STALLED_OPERATION_SECONDS} seconds.",
+        labels=["tenant"],
+    )
     rows = (
         ExternalOperation.objects.filter(
             status=OperationStatus.PENDING, created_at__lt=stalled_before()
@@ -120,10 +113,12 @@ def _stalled_operations() -> list[tuple[Labels, float]]:
         .annotate(n=Count("id"))
         .order_by()
     )
-    return [({"tenant": slug}, n) for slug, n in rows]
+    for slug, n in rows:
+        family.add_metric([slug], n)
+    return family
 
 
-def _approvals(now: datetime) -> list[tuple[Labels, float]] | None:
+def _approvals(now: datetime) -> GaugeMetricFamily | None:
     """Waiting (pending, not yet expired) and expired requests per tenant; None when the
     approvals app has no ApprovalRequest model or table."""
     try:
@@ -145,74 +140,70 @@ def _approvals(now: datetime) -> list[tuple[Labels, float]] | None:
         )
     except DatabaseError:
         return None
-    samples: list[tuple[Labels, float]] = []
+    family = GaugeMetricFamily(
+        "cairn_approvals", "Approval requests waiting and expired.", labels=["tenant", "state"]
+    )
     for slug, waiting_n, expired_n in sorted(rows):
-        samples.append(({"tenant": slug, "state": "waiting"}, waiting_n))
-        samples.append(({"tenant": slug, "state": "expired"}, expired_n))
-    return samples
+        family.add_metric([slug, "waiting"], waiting_n)
+        family.add_metric([slug, "expired"], expired_n)
+    return family
 
 
-def _counter(name: str) -> list[tuple[Labels, float]]:
+def _commit_latency() -> HistogramMetricFamily:
+    latency = latency_histogram()
+    buckets = [(_le(bound), latency[f'le="{bound:g}"']) for bound in LATENCY_BUCKETS]
+    return HistogramMetricFamily(
+        COMMIT_LATENCY,
+        "Duration of checkpoint commits, from every process.",
+        buckets=[*buckets, ("+Inf", latency["count"])],
+        sum_value=latency["sum"],
+    )
+
+
+def _retention_counter(name: str, help_text: str) -> CounterMetricFamily:
+    # Declared under its ``_total`` name: prometheus-client strips the suffix from the
+    # family and writes it back on the HELP, TYPE and sample lines, and adds no
+    # ``_created`` sample since none is given.
     values = counter_values(name)
-    return [({"kind": kind}, values.get(f'kind="{kind}"', 0.0)) for kind in RETENTION_KINDS]
+    family = CounterMetricFamily(name, help_text, labels=["kind"])
+    for kind in RETENTION_KINDS:
+        family.add_metric([kind], values.get(f'kind="{kind}"', 0.0))
+    return family
+
+
+class CairnCollector(Collector):
+    """Every figure, read from the database when collected. A database that cannot be
+    reached raises out of the scrape (the middleware answers 503 ``database_unavailable``)."""
+
+    def __init__(self, *, now: datetime | None = None) -> None:
+        self.now = now
+
+    def collect(self) -> Iterator[Metric]:
+        from retention.services import DELETED, DELETED_BYTES
+
+        now = self.now or timezone.now()
+        yield _runs()
+        yield _checkpoint_ages(now)
+        yield from _restores()
+        yield _stalled_operations()
+        approvals = _approvals(now)
+        if approvals is not None:
+            yield approvals
+        yield GaugeMetricFamily(
+            "cairn_outbox_lag_seconds",
+            "Age of the oldest due outbox message not yet published.",
+            value=outbox_lag_seconds(),
+        )
+        yield _commit_latency()
+        yield _retention_counter(DELETED, "Rows the retention job deleted, by kind.")
+        yield _retention_counter(
+            DELETED_BYTES,
+            "Bytes the retention job deleted (checkpoint ciphertext, artifact content).",
+        )
 
 
 def metrics_text(*, now: datetime | None = None) -> str:
-    """Every figure, as one exposition document."""
-    from retention.services import DELETED, DELETED_BYTES
-
-    now = now or timezone.now()
-    out = Exposition()
-    out.family("cairn_runs", "gauge", "Runs by tenant and status.", _runs_by_status())
-    cumulative, count, total = _checkpoint_ages(now)
-    out.histogram(
-        "cairn_active_checkpoint_age_seconds",
-        "Age of the latest checkpoint of each active run.",
-        cumulative,
-        count,
-        total,
-    )
-    restores = Run.objects.aggregate(total=Sum("restore_count"), most=Max("restore_count"))
-    out.family(
-        "cairn_restores_total",
-        "counter",
-        "Restores of all runs (a worker took over a run whose lease expired).",
-        [({}, restores["total"] or 0)],
-    )
-    out.family(
-        "cairn_run_restores_max",
-        "gauge",
-        "The most restores of any one run.",
-        [({}, restores["most"] or 0)],
-    )
-    out.family(
-        "cairn_stalled_operations",
-        "gauge",
-        f"Operations pending for more than {settings.CAIRN_STALLED_OPERATION_SECONDS} seconds.",
-        _stalled_operations(),
-    )
-    approvals = _approvals(now)
-    if approvals is not None:
-        out.family("cairn_approvals", "gauge", "Approval requests waiting and expired.", approvals)
-    out.family(
-        "cairn_outbox_lag_seconds",
-        "gauge",
-        "Age of the oldest due outbox message not yet published.",
-        [({}, outbox_lag_seconds())],
-    )
-    latency = latency_histogram()
-    out.histogram(
-        COMMIT_LATENCY,
-        "Duration of checkpoint commits, from every process.",
-        [(bound, latency[f'le="{bound:g}"']) for bound in LATENCY_BUCKETS],
-        latency["count"],
-        latency["sum"],
-    )
-    out.family(DELETED, "counter", "Rows the retention job deleted, by kind.", _counter(DELETED))
-    out.family(
-        DELETED_BYTES,
-        "counter",
-        "Bytes the retention job deleted (checkpoint ciphertext, artifact content).",
-        _counter(DELETED_BYTES),
-    )
-    return out.text()
+    """Every figure, as one exposition document (text format 0.0.4), read now."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(CairnCollector(now=now))
+    return generate_latest(registry).decode()

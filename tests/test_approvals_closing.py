@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 
 def waiting_figure(client: Client) -> float:
     for line in client.get("/metrics").text.splitlines():
-        if line.startswith('cairn_approvals{tenant="acme",state="waiting"}'):
+        if line.startswith('cairn_approvals{state="waiting",tenant="acme"}'):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
 

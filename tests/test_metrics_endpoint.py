@@ -22,11 +22,13 @@ from tests.retention_support import artifact, build
 
 pytestmark = pytest.mark.django_db
 
-SAMPLE = re.compile(r"^([a-z_]+)(\{[^}]*\})? (\S+)$")
+SAMPLE = re.compile(r"^([a-z_]+)(?:\{([^}]*)\})? (\S+)$")
+LABEL = re.compile(r'[a-z_]+="[^"]*"')
 
 
 def parse(text: str) -> dict[str, float]:
-    """{'name{labels}': value} for every sample line; fails on a malformed line."""
+    """{'name{labels}': value} for every sample line, the labels in alphabetical order (the
+    order of a sample's labels carries no meaning); fails on a malformed line."""
     samples = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
@@ -34,7 +36,9 @@ def parse(text: str) -> dict[str, float]:
         match = SAMPLE.match(line)
         assert match, f"not an exposition line: {line!r}"
         name, labels, value = match.groups()
-        samples[name + (labels or "")] = float(value)
+        pairs = LABEL.findall(labels or "")
+        assert ",".join(pairs) == (labels or ""), f"malformed labels: {line!r}"
+        samples[name + ("{" + ",".join(sorted(pairs)) + "}" if pairs else "")] = float(value)
     return samples
 
 
@@ -76,10 +80,10 @@ def _operation(run, key: str, age: timedelta, status=OperationStatus.PENDING):  
 
 def test_it_serves_runs_by_status_and_restores(client, estate):
     samples = scrape(client)
-    assert samples['cairn_runs{tenant="acme",status="running"}'] == 1
-    assert samples['cairn_runs{tenant="acme",status="waiting_retry"}'] == 1
-    assert samples['cairn_runs{tenant="acme",status="succeeded"}'] == 1
-    assert samples['cairn_runs{tenant="acme",status="cancelled"}'] == 0
+    assert samples['cairn_runs{status="running",tenant="acme"}'] == 1
+    assert samples['cairn_runs{status="waiting_retry",tenant="acme"}'] == 1
+    assert samples['cairn_runs{status="succeeded",tenant="acme"}'] == 1
+    assert samples['cairn_runs{status="cancelled",tenant="acme"}'] == 0
     assert samples["cairn_restores_total"] == 9
     assert samples["cairn_run_restores_max"] == 7
 
@@ -132,8 +136,8 @@ def test_it_counts_approvals_waiting_and_expired(client, acme, estate):
             expires_at=expires,
         )
     samples = scrape(client)
-    assert samples['cairn_approvals{tenant="acme",state="waiting"}'] == 1
-    assert samples['cairn_approvals{tenant="acme",state="expired"}'] == 2
+    assert samples['cairn_approvals{state="waiting",tenant="acme"}'] == 1
+    assert samples['cairn_approvals{state="expired",tenant="acme"}'] == 2
 
 
 def test_it_serves_the_outbox_lag(client, estate):
