@@ -281,6 +281,10 @@ CAIRN_RETRY_DELAY_SECONDS = env_int("CAIRN_RETRY_DELAY_SECONDS", 30)
 # How long a periodic job's run holds the job, beyond twice its interval, if its worker
 # dies mid-run; scheduling.services.
 CAIRN_PERIODIC_JOB_LEASE_SECONDS = env_int("CAIRN_PERIODIC_JOB_LEASE_SECONDS", 30)
+# The fault injector fault points call (cairn/faults.py): none, and deliberately not read from
+# the environment, so no deployment can crash or pause itself at a fault point. Only the test
+# settings (tests/settings.py) name one.
+CAIRN_FAULT_INJECTOR: str | None = None
 
 # --- Celery --------------------------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", "filesystem://")

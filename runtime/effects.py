@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import signal
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from cairn.errors import IdempotencyKeyReused, RunNotActive
+from cairn.faults import fault_point
 from checkpoints.models import ExternalOperation, OperationStatus
 from runtime.context import StepContext
 from runtime.errors import LeaseLost, PermanentStepError, RetryableStepError
@@ -66,7 +65,8 @@ from tenants.services import Actor
 
 log = logging.getLogger("cairn.effects")
 
-# The places a worker can die in the protocol; the crash tests stop a worker at each.
+# The places a worker can die in the protocol; the crash tests stop a worker at each
+# (the fault points ``effect.<boundary>``, cairn/faults.py).
 BOUNDARIES = ("reserved", "pending", "accepted", "stored", "checkpointed")
 # The places of a long-running tool: the job id recorded, the job observed (polling).
 JOB_BOUNDARIES = ("submitted", "polling")
@@ -86,25 +86,6 @@ def effect_key(
     """The stable idempotency key of one intended effect of one step of one run."""
     digest = hashlib.sha256(f"{run_id}|{step}|{action}|{target}|{name}".encode()).hexdigest()
     return f"cairn.{run_id}.{digest[:20]}.{generation}"
-
-
-def _test_crash_point(boundary: str) -> None:
-    """Test-only: SIGKILL this worker at ``boundary`` when CAIRN_TEST_CRASH_AT names it.
-
-    It fires once: CAIRN_TEST_CRASH_MARKER names a file created at the crash, and an
-    existing marker disarms it, so the resumed worker goes through.
-    """
-    if os.environ.get("CAIRN_TEST_CRASH_AT") != boundary:
-        return
-    marker = os.environ.get("CAIRN_TEST_CRASH_MARKER", "")
-    if marker:
-        try:
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return
-        os.write(fd, boundary.encode())
-        os.close(fd)
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 class _Effect:
@@ -147,7 +128,7 @@ class _Effect:
     def done(self, operation: ExternalOperation, *, replayed: bool) -> EffectDone:
         if self.entry_status(operation.idempotency_key) != OperationStatus.CONFIRMED:
             self.commit(operation)  # the post-action checkpoint
-            _test_crash_point("checkpointed")
+            fault_point("effect.checkpointed")
         return EffectDone(
             idempotency_key=operation.idempotency_key,
             provider_operation_id=operation.provider_operation_id,
@@ -162,7 +143,7 @@ class _Effect:
             result=answer.result,
             actor=self.actor,
         )
-        _test_crash_point("stored")
+        fault_point("effect.stored")
         return self.done(operation, replayed=False)
 
     def failed(self, operation: ExternalOperation, reason: str) -> PermanentStepError:
@@ -205,7 +186,7 @@ class _Effect:
     def commit_pending(self, operation: ExternalOperation) -> None:
         """The pending checkpoint, committed before the provider is first asked."""
         self.commit(operation, mark_pending=True)
-        _test_crash_point("pending")
+        fault_point("effect.pending")
 
     def run(self, operation: ExternalOperation) -> EffectDone:
         replayed = self.replayed(operation, noun="operation")
@@ -243,7 +224,7 @@ class _Effect:
             },
         )
         if answer.outcome == Outcome.CONFIRMED:
-            _test_crash_point("accepted")
+            fault_point("effect.accepted")
             return self.confirm(operation, answer)
         if answer.outcome == Outcome.FAILED:
             raise self.failed(operation, answer.reason)
@@ -307,7 +288,7 @@ def _reserve(
         # Cancelled (or ended) while the step ran: its work is discarded, nothing was sent.
         raise LeaseLost(exc.detail)
     if created:
-        _test_crash_point("reserved")
+        fault_point("effect.reserved")
     return operation
 
 
@@ -399,7 +380,7 @@ class _Job(_Effect):
         answer = self.provider.submit(key=operation.idempotency_key, request=self.request)
         if answer.outcome == Outcome.RUNNING and answer.job_id:
             self.ctx.job_record(idempotency_key=operation.idempotency_key, job_id=answer.job_id)
-            _test_crash_point("submitted")
+            fault_point("effect.submitted")
             operation.refresh_from_db()
             return self.observe(operation)
         if answer.outcome == Outcome.CONFIRMED:
@@ -419,7 +400,7 @@ class _Job(_Effect):
         started = time.monotonic()
         while True:
             answer = self.provider.job_status(job_id=job_id)
-            _test_crash_point("polling")
+            fault_point("effect.polling")
             if answer.outcome == Outcome.CONFIRMED:
                 return self.confirm(operation, answer)
             if answer.outcome == Outcome.FAILED:

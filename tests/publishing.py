@@ -149,6 +149,7 @@ def run_killed_at(
     way). Returns the run, its count directory and the environment for the next worker."""
     from runtime.services.runs import run_create
     from tenants.services import Actor
+    from tests.faults import CRASH_AT, CRASH_MARKER
     from tests.worker_fixtures import wait_for
 
     count_dir = tmp_path / "counts"
@@ -164,7 +165,7 @@ def run_killed_at(
     )
     doomed = worker_factory(
         "doomed",
-        env={**env, "CAIRN_TEST_CRASH_AT": boundary, "CAIRN_TEST_CRASH_MARKER": str(marker)},
+        env={**env, CRASH_AT: f"effect.{boundary}", CRASH_MARKER: str(marker)},
     )
     wait_for(lambda: marker.exists() and not doomed.alive, what=f"the worker to die at {boundary}")
     assert doomed.process.returncode == -9  # SIGKILL: no handler ran

@@ -19,6 +19,7 @@ from checkpoints.services.artifacts import artifact_store
 from checkpoints.services.checkpoints import checkpoint_commit
 from runtime.services.runs import run_create
 from tenants.services import Actor
+from tests.faults import RETENTION_PAUSE
 
 ROOT = Path(__file__).resolve().parent.parent
 # Statuses a commit can set; cancelling and cancelled belong to operator actions.
@@ -134,7 +135,7 @@ def db_env() -> dict[str, str]:
 def start_job(*args: str, pause: float = 0.0, app_name: str = "") -> subprocess.Popen:
     env = db_env()
     if pause:
-        env["CAIRN_RETENTION_TEST_PAUSE"] = str(pause)
+        env[RETENTION_PAUSE] = str(pause)  # tests/faults.py sleeps at "retention.batch"
     if app_name:
         env["PGAPPNAME"] = app_name
     return subprocess.Popen(

@@ -29,6 +29,9 @@ else:
     # One test database per test process, so two suites on one server never collide.
     # Worker processes started by tests read the name from connection.settings_dict.
     DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{os.getpid()}"}
+# Fault points (cairn/faults.py) are live here, armed by the environment a test gives a
+# subprocess (tests/faults.py); the production settings leave them inert.
+CAIRN_FAULT_INJECTOR = "tests.faults.inject"
 # Crash tests: the web server subprocess stalls in the middle of writing a file.
 if os.environ.get("CAIRN_TEST_STORAGE_STALL"):
     STORAGES = {**STORAGES, "default": {"BACKEND": "tests.storage.StallingStorage"}}  # noqa: F405

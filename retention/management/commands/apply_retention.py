@@ -1,16 +1,10 @@
 """Enforce the retention policies now: ``manage.py apply_retention [--dry-run]``."""
 
-import os
-import time
-
 from django.core.management.base import BaseCommand, CommandError
 
+from cairn.faults import fault_point
 from retention.services import retention_apply
 from tenants.models import Tenant
-
-# Test-only: seconds to sleep inside each batch's transaction, so a test can kill the job
-# mid-batch. Unset in production.
-PAUSE_ENV = "CAIRN_RETENTION_TEST_PAUSE"
 
 
 class Command(BaseCommand):
@@ -29,7 +23,6 @@ class Command(BaseCommand):
                 raise CommandError(f"No tenant '{tenant}'.")
         if batch_size is not None and batch_size < 1:
             raise CommandError("--batch-size must be at least 1.")
-        pause = float(os.environ.get(PAUSE_ENV) or 0)
 
         def progress(message: str) -> None:
             self.stdout.write(message)
@@ -40,7 +33,8 @@ class Command(BaseCommand):
             tenant=selected,
             batch_size=batch_size,
             progress=progress,
-            on_batch=(lambda: time.sleep(pause)) if pause else None,
+            # Where a test pauses the job to kill it mid-batch (cairn/faults.py).
+            on_batch=lambda: fault_point("retention.batch"),
         )
         verb = "would remove" if dry_run else "removed"
         self.stdout.write(
