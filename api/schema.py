@@ -25,7 +25,7 @@ BODY = {
 
 def add_common_responses(result, generator, request, public):  # noqa: ANN001, ANN201
     """Every operation with security requirements may answer 400, 401, 403 and 503, and
-    one that takes a body 411 and 413 (API.md)."""
+    one that takes a body 411 and 413 (docs/api.md)."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas.setdefault(
         "Error",

@@ -7,7 +7,7 @@
         done = effect_perform(ctx, target="blog/why", request={"title": ..., "body": ...})
         return {"provider_operation_id": done.provider_operation_id}
 
-The protocol (DESIGN.md, "Side effect"):
+The protocol (docs/design.md, "Side effects"):
 
 1. derive the idempotency key from the run, the step, the action, the target (and an
    optional ``name`` for several effects of one step) and reserve it; the request's

@@ -1,4 +1,4 @@
-"""The restore procedure (DESIGN.md, "Restore"), steps 2 to 6, for a run this worker has
+"""The restore procedure (docs/design.md, "Restore"), steps 2 to 6, for a run this worker has
 leased (step 1). Step 7, running the next eligible step, is the executor's.
 
 Each check either passes or names, in a sentence, why the run cannot go on: a problem of

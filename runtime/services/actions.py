@@ -247,8 +247,8 @@ def run_resume(
     One transaction: the run goes to ``running`` (version + 1, next eligible time cleared),
     the ``run.resume`` command for the new version is enqueued, the audit event written.
     A failed run resumes only while every budget has room: a run failed by an exhausted
-    budget needs ``run_grant_budget`` first. The reason is optional (API.md's body is only
-    ``expected_version``); the console always asks for one.
+    budget needs ``run_grant_budget`` first. The reason is optional (in docs/api.md the
+    body is only ``expected_version``); the console always asks for one.
 
     Raises NotFound, ConcurrentCheckpointWrite, RunNotActive (cancelled, succeeded,
     cancelling), ActionNotAllowed (running, waiting for approval, reconciling, or a failed
