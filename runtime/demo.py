@@ -1,5 +1,5 @@
 """The demo workflow ``research`` (version 1), run on the deterministic local model over the
-fixture sources in ``checkpoints/runtime/fixtures``:
+fixture sources in ``runtime/fixtures``:
 
 collect_sources → extract_claims → draft_answer → validate_citations → request_approval
 (a reviewer approves the draft) → publish → done (or rejected).
