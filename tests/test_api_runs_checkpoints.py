@@ -1,4 +1,4 @@
-"""API v1: runs, checkpoints, verify and leases, including every refusal API.md lists."""
+"""API v1: runs, checkpoints, verify and leases, including every refusal docs/api.md lists."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The set-up commands of API.md."""
+"""The set-up commands of docs/api.md."""
 
 from __future__ import annotations
 

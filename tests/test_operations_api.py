@@ -1,4 +1,4 @@
-"""API v1 side effects: the contract of API.md "Side effects", errors and tenant isolation."""
+"""API v1 side effects: the contract of docs/api.md "Side effects", errors and tenant isolation."""
 
 from __future__ import annotations
 
