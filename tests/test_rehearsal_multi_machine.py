@@ -1,6 +1,6 @@
 """A multi-machine rehearsal: a web process, a scheduler and two workers, each a "machine"
-with its own CAIRN_HOME and nothing on disk in common, sharing only what the README says
-must be shared (PostgreSQL, a real broker, the S3 bucket, the keys).
+with its own CAIRN_HOME and nothing on disk in common, sharing only what docs/deployment.md
+says must be shared (PostgreSQL, a real broker, the S3 bucket, the keys).
 
 The demo research run is started and approved over HTTP; its publish call is held by the
 publishing service (a recorded publication whose answer never comes in time), and the worker
