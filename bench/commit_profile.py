@@ -6,7 +6,7 @@ own, in one process on a scratch PostgreSQL database.
 
 Prints the median time of each part, and with ``--cprofile N`` the functions that N
 commits spend the most cumulative time in (``--pyinstrument N``: pyinstrument's call tree,
-from PyPI). The README's performance section quotes it.
+from PyPI). docs/performance.md quotes it.
 """
 
 from __future__ import annotations

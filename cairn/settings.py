@@ -2,7 +2,7 @@
 
 With nothing set, Cairn runs embedded: SQLite, filesystem artifact storage, a Celery
 transport on the filesystem, and keys generated into a local directory that git ignores
-(``CAIRN_HOME``, default ``./var``). Every variable is documented in README.md.
+(``CAIRN_HOME``, default ``./var``). Every variable is documented in docs/deployment.md.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from checkpoints import errors
+from cairn import errors
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

@@ -18,9 +18,9 @@ from playwright.sync_api import expect
 
 from approvals.models import ApprovalRequest, ApprovalStatus
 from checkpoints.models import Run, RunStatus
-from checkpoints.runtime.demo import DEMO_QUESTIONS
-from checkpoints.runtime.executor import run_advance
-from checkpoints.services.runs import run_create
+from runtime.demo import DEMO_QUESTIONS
+from runtime.executor import run_advance
+from runtime.services.runs import run_create
 from tenants.services import Actor, member_set_role
 from tests.approvals_support import decide
 from tests.factories import TenantFactory, UserFactory
