@@ -52,11 +52,11 @@ from retention.models import (
     ArtifactReference,
     CompactionReason,
     CompactionRecord,
-    MetricIncrement,
     PendingFileDeletion,
     RetentionPolicy,
 )
 from retention.orphans import sweep_orphans
+from telemetry.models import MetricIncrement
 from tenants.models import AuditEvent, Tenant
 from tenants.services import Actor, audit_record
 

@@ -55,8 +55,8 @@ from checkpoints.services.commit_rules import (
 from checkpoints.services.commit_sql import RunHead
 from checkpoints.services.reads import FIELD, TABLE, checkpoint_envelope, run_get
 from checkpoints.services.workflows import transition_allowed
-from observability.latency import commit_latency_record
 from retention.references import references_record
+from telemetry.latency import commit_latency_record
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record
 
