@@ -1,15 +1,14 @@
-"""Retention policies, what compaction removed, and the few rows the metrics need.
+"""Retention policies and the artifact files waiting for deletion.
 
-A checkpoint's artifact references are indexed here (``ArtifactReference``) when the
-checkpoint is written, because envelopes are encrypted: without the index, knowing whether
-an artifact is still referenced would mean decrypting every envelope of the tenant.
+What compaction removed (``CompactionRecord``) and which artifacts each checkpoint names
+(``ArtifactReference``) are facts of the store, in ``checkpoints.models``; the metrics rows
+are telemetry's.
 """
 
 from __future__ import annotations
 
 from django.db import models
 
-from checkpoints.models import Artifact, Checkpoint, Run
 from tenants.models import Tenant
 
 
@@ -46,62 +45,6 @@ class RetentionPolicy(models.Model):
     def label(self) -> str:
         scope = self.workflow_type or "default"
         return f"{self.tenant.slug}/{scope}"
-
-
-class CompactionReason(models.TextChoices):
-    INTERMEDIATE = "intermediate"  # the run's intermediate checkpoints passed their period
-    EXPIRY = "expiry"  # the whole run expired
-
-
-class CompactionRecord(models.Model):
-    """Checkpoints one retention batch removed from one run, with their hashes.
-
-    ``removed`` lists ``{"sequence", "sha256", "parent_sha256", "state", "step",
-    "created_at"}`` for each removed checkpoint, so ``run_verify`` can still link the kept
-    checkpoints on either side of the gap.
-    """
-
-    id = models.BigAutoField(primary_key=True)
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="compactions")
-    policy = models.ForeignKey(RetentionPolicy, null=True, on_delete=models.SET_NULL)
-    policy_label = models.CharField(max_length=200)  # survives the policy's deletion
-    reason = models.CharField(max_length=16, choices=CompactionReason.choices)
-    first_sequence = models.PositiveBigIntegerField()
-    last_sequence = models.PositiveBigIntegerField()
-    removed = models.JSONField()
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["run", "first_sequence"]
-        indexes = [models.Index(fields=["run", "first_sequence"])]
-
-    def __str__(self) -> str:
-        return f"compaction of {self.run_id} {self.first_sequence}-{self.last_sequence}"
-
-
-class ArtifactReference(models.Model):
-    """Checkpoint → artifact, written in the commit transaction (``references_record``).
-
-    ``artifact`` is PROTECT with a real foreign key, so the database itself refuses to delete
-    an artifact that a checkpoint still names.
-    """
-
-    id = models.BigAutoField(primary_key=True)
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
-    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="+")
-    artifact = models.ForeignKey(Artifact, on_delete=models.PROTECT, related_name="+")
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["checkpoint", "artifact"], name="artifact_reference_once"
-            )
-        ]
-        indexes = [models.Index(fields=["artifact"])]
-
-    def __str__(self) -> str:
-        return f"{self.checkpoint_id} → {self.artifact_id}"
 
 
 class PendingFileDeletion(models.Model):

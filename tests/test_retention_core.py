@@ -12,9 +12,18 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from cairn.errors import ArtifactHashMismatch, InvalidRequest, NotFound
-from checkpoints.models import ACTIVE_STATUSES, Artifact, ArtifactKind, Checkpoint, Run, RunStatus
+from checkpoints.models import (
+    ACTIVE_STATUSES,
+    Artifact,
+    ArtifactKind,
+    ArtifactReference,
+    Checkpoint,
+    CompactionRecord,
+    Run,
+    RunStatus,
+)
 from checkpoints.services.checkpoints import checkpoint_commit, run_verify
-from retention.models import ArtifactReference, CompactionRecord, RetentionPolicy
+from retention.models import RetentionPolicy
 from retention.policies import PolicyInput, legal_hold_set, policy_build, retention_policy_save
 from retention.services import retention_apply, retention_preview
 from runtime.services.forks import run_fork
@@ -320,8 +329,12 @@ def test_the_command_prints_progress_and_a_summary(acme, every_status):
 def test_the_migration_backfills_the_reference_index(acme, bob, workflow):
     import importlib
 
-    from django.apps import apps
+    from django.db import connection
+    from django.db.migrations.loader import MigrationLoader
 
+    # The migration runs against the models as they were at that point of the history.
+    node = ("retention", "0002_backfill_artifact_references")
+    apps = MigrationLoader(connection).project_state(node).apps
     history = build(acme, bob, status=RunStatus.SUCCEEDED)
     expected = set(ArtifactReference.objects.values_list("checkpoint_id", "artifact_id"))
     assert len(expected) == 2  # the context (checkpoint 3) and the draft (the final one)
