@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     # The project: commands that span the apps (rotate_keys).
     "cairn",
     "tenants",
+    "telemetry",
     "checkpoints",
     "runtime",
     # LangGraph's saver and its thread store; only langgraph_store.saver imports LangGraph.

@@ -1,4 +1,5 @@
-"""The durable facts: workflow definitions, runs, checkpoints, artifacts, operations, outbox.
+"""The durable facts: workflow definitions, runs, checkpoints, artifacts, operations, outbox,
+the artifact references of each checkpoint and the record of what compaction removed.
 
 Every row carries its tenant. Payload columns that can hold customer data are sealed with
 AES-GCM (``checkpoints.crypto``) by the services; the models never decrypt by themselves.
@@ -365,3 +366,72 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return self.worker_id
+
+
+class CompactionReason(models.TextChoices):
+    INTERMEDIATE = "intermediate"  # the run's intermediate checkpoints passed their period
+    EXPIRY = "expiry"  # the whole run expired
+
+
+class CompactionRecord(models.Model):
+    """Checkpoints one retention batch removed from one run, with their hashes.
+
+    ``removed`` lists ``{"sequence", "sha256", "parent_sha256", "state", "step",
+    "created_at"}`` for each removed checkpoint, so ``run_verify`` can still link the kept
+    checkpoints on either side of the gap.
+
+    Retention writes these rows; the store owns them because ``run_verify`` reads them. The
+    table is retention's original (``db_table``). ``policy_id`` names the retention policy
+    that removed the checkpoints: the database still holds it as a foreign key to
+    retention's policy table, but the model keeps it a plain column so the store does not
+    depend on retention; ``retention_policy_delete`` clears it before a policy goes.
+    ``policy_label`` survives the policy.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="compactions")
+    policy_id = models.BigIntegerField(null=True, db_index=True)
+    policy_label = models.CharField(max_length=200)
+    reason = models.CharField(max_length=16, choices=CompactionReason.choices)
+    first_sequence = models.PositiveBigIntegerField()
+    last_sequence = models.PositiveBigIntegerField()
+    removed = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "retention_compactionrecord"
+        ordering = ["run", "first_sequence"]
+        indexes = [
+            models.Index(fields=["run", "first_sequence"], name="retention_c_run_id_ed3887_idx")
+        ]
+
+    def __str__(self) -> str:
+        return f"compaction of {self.run_id} {self.first_sequence}-{self.last_sequence}"
+
+
+class ArtifactReference(models.Model):
+    """Checkpoint → artifact, written in the commit transaction (``references_record``).
+
+    Envelopes are encrypted: without this index, knowing whether an artifact is still
+    referenced would mean decrypting every envelope of the tenant. ``artifact`` is PROTECT
+    with a real foreign key, so the database itself refuses to delete an artifact that a
+    checkpoint still names. The table is retention's original (``db_table``).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="+")
+    artifact = models.ForeignKey(Artifact, on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        db_table = "retention_artifactreference"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["checkpoint", "artifact"], name="artifact_reference_once"
+            )
+        ]
+        indexes = [models.Index(fields=["artifact"], name="retention_a_artifac_4e0186_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.checkpoint_id} → {self.artifact_id}"

@@ -13,11 +13,17 @@ from django.http import Http404
 from django.utils import timezone
 
 from cairn.errors import CairnError
-from checkpoints.models import Artifact, Checkpoint, ExternalOperation, OperationStatus, Run
+from checkpoints.models import (
+    Artifact,
+    ArtifactReference,
+    Checkpoint,
+    ExternalOperation,
+    OperationStatus,
+    Run,
+)
 from checkpoints.services.budgets import budget_remaining
 from checkpoints.services.checkpoints import checkpoint_read
 from console.selectors import stalled_before
-from retention.models import ArtifactReference
 from tenants.access import ConsoleAccess
 from tenants.models import AuditEvent, Tenant
 

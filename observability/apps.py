@@ -2,8 +2,9 @@ from django.apps import AppConfig
 
 
 class ObservabilityConfig(AppConfig):
-    """Metrics, alerts and the console's alert list. No models: the rows it needs live in
-    the retention app (``MetricTotal``, ``MetricIncrement``, ``CommitLatencySample``)."""
+    """Metrics, alerts and the console's alert list. No models: the rows it serves are
+    recorded by the telemetry app (``MetricTotal``, ``MetricIncrement``,
+    ``CommitLatencySample``)."""
 
     name = "observability"
 

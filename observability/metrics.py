@@ -37,10 +37,10 @@ from checkpoints.models import (
     RunStatus,
 )
 from checkpoints.services.outbox import outbox_lag_seconds
-from observability.counters import counter_values
-from observability.latency import BUCKETS as LATENCY_BUCKETS
-from observability.latency import COMMIT_LATENCY, latency_histogram
 from observability.selectors import stalled_before
+from telemetry.counters import counter_values
+from telemetry.latency import BUCKETS as LATENCY_BUCKETS
+from telemetry.latency import COMMIT_LATENCY, latency_histogram
 
 # generate_latest writes the classic text format; prometheus-client's CONTENT_TYPE_LATEST
 # names version 1.0.0 (UTF-8 names) since 0.23, which is not what this document is.

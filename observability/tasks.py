@@ -1,9 +1,9 @@
 from celery import shared_task
 
-from observability.counters import counters_rollup
-from observability.latency import latency_rollup
 from runtime.executor import worker_identity
 from scheduling.services import periodic_job_run
+from telemetry.counters import counters_rollup
+from telemetry.latency import latency_rollup
 
 
 def _rollup() -> dict[str, int]:

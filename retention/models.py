@@ -1,16 +1,14 @@
-"""Retention policies, what compaction removed, and the few rows the metrics need.
+"""Retention policies and the artifact files waiting for deletion.
 
-A checkpoint's artifact references are indexed here (``ArtifactReference``) when the
-checkpoint is written, because envelopes are encrypted: without the index, knowing whether
-an artifact is still referenced would mean decrypting every envelope of the tenant.
+What compaction removed (``CompactionRecord``) and which artifacts each checkpoint names
+(``ArtifactReference``) are facts of the store, in ``checkpoints.models``; the metrics rows
+are telemetry's.
 """
 
 from __future__ import annotations
 
 from django.db import models
-from django.db.models import Q
 
-from checkpoints.models import Artifact, Checkpoint, Run
 from tenants.models import Tenant
 
 
@@ -49,62 +47,6 @@ class RetentionPolicy(models.Model):
         return f"{self.tenant.slug}/{scope}"
 
 
-class CompactionReason(models.TextChoices):
-    INTERMEDIATE = "intermediate"  # the run's intermediate checkpoints passed their period
-    EXPIRY = "expiry"  # the whole run expired
-
-
-class CompactionRecord(models.Model):
-    """Checkpoints one retention batch removed from one run, with their hashes.
-
-    ``removed`` lists ``{"sequence", "sha256", "parent_sha256", "state", "step",
-    "created_at"}`` for each removed checkpoint, so ``run_verify`` can still link the kept
-    checkpoints on either side of the gap.
-    """
-
-    id = models.BigAutoField(primary_key=True)
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="compactions")
-    policy = models.ForeignKey(RetentionPolicy, null=True, on_delete=models.SET_NULL)
-    policy_label = models.CharField(max_length=200)  # survives the policy's deletion
-    reason = models.CharField(max_length=16, choices=CompactionReason.choices)
-    first_sequence = models.PositiveBigIntegerField()
-    last_sequence = models.PositiveBigIntegerField()
-    removed = models.JSONField()
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["run", "first_sequence"]
-        indexes = [models.Index(fields=["run", "first_sequence"])]
-
-    def __str__(self) -> str:
-        return f"compaction of {self.run_id} {self.first_sequence}-{self.last_sequence}"
-
-
-class ArtifactReference(models.Model):
-    """Checkpoint → artifact, written in the commit transaction (``references_record``).
-
-    ``artifact`` is PROTECT with a real foreign key, so the database itself refuses to delete
-    an artifact that a checkpoint still names.
-    """
-
-    id = models.BigAutoField(primary_key=True)
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
-    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="+")
-    artifact = models.ForeignKey(Artifact, on_delete=models.PROTECT, related_name="+")
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["checkpoint", "artifact"], name="artifact_reference_once"
-            )
-        ]
-        indexes = [models.Index(fields=["artifact"])]
-
-    def __str__(self) -> str:
-        return f"{self.checkpoint_id} → {self.artifact_id}"
-
-
 class PendingFileDeletion(models.Model):
     """An artifact file whose row is gone; the file is removed after the commit.
 
@@ -118,55 +60,3 @@ class PendingFileDeletion(models.Model):
 
     def __str__(self) -> str:
         return self.storage_name
-
-
-class MetricTotal(models.Model):
-    """A persisted monotonic counter: the rolled-up sum of ``MetricIncrement`` rows and of
-    commit latency samples. Only the rollup writes it, under a row lock."""
-
-    name = models.CharField(max_length=100)
-    labels = models.CharField(max_length=200, blank=True)  # 'le="0.05"', 'kind="checkpoint"'
-    value = models.FloatField(default=0)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["name", "labels"], name="metric_total_once")]
-
-    def __str__(self) -> str:
-        return f"{self.name}{{{self.labels}}} {self.value}"
-
-
-class MetricIncrement(models.Model):
-    """One addition to a counter, appended in the transaction that did the counted work.
-
-    Append-only, so concurrent retention jobs never queue on a shared counter row, and a
-    killed job's increment rolls back with the work it counted.
-    """
-
-    id = models.BigAutoField(primary_key=True)
-    name = models.CharField(max_length=100)
-    labels = models.CharField(max_length=200, blank=True)
-    value = models.FloatField()
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    def __str__(self) -> str:
-        return f"{self.name}{{{self.labels}}} +{self.value}"
-
-
-class CommitLatencySample(models.Model):
-    """One checkpoint commit's duration, appended by whichever process committed.
-
-    A table rather than a process-local histogram, so ``/metrics`` served by one web
-    process sees commits made by every worker. The metrics rollup folds old samples into
-    ``MetricTotal`` buckets and deletes them, so the table stays small.
-    """
-
-    id = models.BigAutoField(primary_key=True)
-    seconds = models.FloatField()
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        indexes = [models.Index(fields=["created_at"], name="latency_created_idx")]
-        constraints = [models.CheckConstraint(condition=Q(seconds__gte=0), name="latency_positive")]
-
-    def __str__(self) -> str:
-        return f"{self.seconds:.4f}s"

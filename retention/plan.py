@@ -28,6 +28,7 @@ from checkpoints.models import (
     TERMINAL_STATUSES,
     Artifact,
     ArtifactKind,
+    ArtifactReference,
     Checkpoint,
     Run,
     RunStatus,
@@ -35,7 +36,7 @@ from checkpoints.models import (
 from langgraph_store.threads import (
     WORKFLOW_TYPE as LANGGRAPH_WORKFLOW_TYPE,
 )
-from retention.models import ArtifactReference, RetentionPolicy
+from retention.models import RetentionPolicy
 
 NOTHING = Q(pk__in=[])
 

@@ -9,7 +9,7 @@ from uuid import UUID
 from django.db import transaction
 
 from cairn.errors import InvalidRequest, NotFound
-from checkpoints.models import Run
+from checkpoints.models import CompactionRecord, Run
 from checkpoints.services.workflows import workflows_visible
 from retention.models import RetentionPolicy
 from tenants.models import Tenant
@@ -119,11 +119,17 @@ def retention_policy_save(*, tenant: Tenant, data: PolicyInput, actor: Actor) ->
 
 
 def retention_policy_delete(*, tenant: Tenant, workflow_type: str, actor: Actor) -> bool:
-    """Remove a policy (its runs fall back to the default). Atomic with its audit event."""
+    """Remove a policy (its runs fall back to the default). Atomic with its audit event.
+
+    The compaction records it wrote keep its label and lose its id: the store's model holds
+    ``policy_id`` as a plain column, so the database's foreign key would refuse the delete.
+    """
     with transaction.atomic():
-        deleted, _ = RetentionPolicy.objects.filter(
-            tenant=tenant, workflow_type=workflow_type
-        ).delete()
+        policies = RetentionPolicy.objects.filter(tenant=tenant, workflow_type=workflow_type)
+        CompactionRecord.objects.filter(tenant=tenant, policy_id__in=policies.values("pk")).update(
+            policy_id=None
+        )
+        deleted, _ = policies.delete()
         if deleted:
             audit_record(
                 tenant=tenant,

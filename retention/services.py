@@ -46,17 +46,18 @@ from django.db.models import (
 from django.db.models.functions import Length
 from django.utils import timezone
 
-from checkpoints.models import Artifact, Checkpoint, Run
-from retention import plan
-from retention.models import (
+from checkpoints.models import (
+    Artifact,
     ArtifactReference,
+    Checkpoint,
     CompactionReason,
     CompactionRecord,
-    MetricIncrement,
-    PendingFileDeletion,
-    RetentionPolicy,
+    Run,
 )
+from retention import plan
+from retention.models import PendingFileDeletion, RetentionPolicy
 from retention.orphans import sweep_orphans
+from telemetry.models import MetricIncrement
 from tenants.models import AuditEvent, Tenant
 from tenants.services import Actor, audit_record
 
@@ -185,7 +186,7 @@ def _remove_checkpoints(
             CompactionRecord(
                 tenant_id=run.tenant_id,
                 run=run,
-                policy=policy if policy.pk else None,
+                policy_id=policy.pk,
                 policy_label=policy.label,
                 reason=reason,
                 first_sequence=removed[0]["sequence"],

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from checkpoints.models import ACTIVE_STATUSES, Run, RunStatus
 from checkpoints.services import outbox
-from observability.logs import transition_log
+from telemetry.logs import transition_log
 from tenants.services import Actor, audit_record
 
 log = logging.getLogger("cairn.runtime")

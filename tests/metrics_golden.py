@@ -34,11 +34,11 @@ from checkpoints.models import (
 )
 from checkpoints.services.outbox import outbox_enqueue
 from checkpoints.services.workflows import workflow_register
-from observability.counters import counters_rollup
-from observability.latency import latency_rollup
-from retention.models import CommitLatencySample
 from retention.policies import PolicyInput, retention_policy_save
 from retention.services import retention_apply
+from telemetry.counters import counters_rollup
+from telemetry.latency import latency_rollup
+from telemetry.models import CommitLatencySample
 from tenants.services import Actor
 from tests.factories import SIMPLE_DEFINITION
 from tests.retention_support import artifact, build

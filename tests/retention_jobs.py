@@ -11,11 +11,12 @@ from datetime import timedelta
 from django.db import connection
 from django.utils import timezone
 
-from checkpoints.models import TERMINAL_STATUSES, Artifact, RunStatus
+from checkpoints.models import TERMINAL_STATUSES, Artifact, CompactionRecord, RunStatus
 from checkpoints.services.checkpoints import run_verify
-from retention.models import CompactionRecord, MetricIncrement, PendingFileDeletion
+from retention.models import PendingFileDeletion
 from retention.policies import PolicyInput, legal_hold_set, retention_policy_save
 from retention.services import DELETED, retention_apply
+from telemetry.models import MetricIncrement
 from tenants.services import Actor
 from tests.retention_support import History, build, start_job
 

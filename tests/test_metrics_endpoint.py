@@ -11,12 +11,12 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest
 from checkpoints.models import ExternalOperation, OperationStatus, OutboxMessage, Run, RunStatus
 from checkpoints.services.outbox import outbox_enqueue
-from observability.counters import counters_rollup
-from observability.latency import latency_rollup
 from observability.metrics import metrics_text
-from retention.models import CommitLatencySample
 from retention.policies import PolicyInput, retention_policy_save
 from retention.services import retention_apply
+from telemetry.counters import counters_rollup
+from telemetry.latency import latency_rollup
+from telemetry.models import CommitLatencySample
 from tenants.services import Actor
 from tests.retention_support import artifact, build
 
@@ -220,7 +220,7 @@ def test_latency_samples_are_buffered_and_written_in_one_insert(settings, db):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from observability.latency import commit_latency_record, latency_flush
+    from telemetry.latency import commit_latency_record, latency_flush
 
     settings.CAIRN_METRICS_FLUSH_SECONDS = 3600
     latency_flush()

@@ -12,10 +12,25 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from cairn.errors import ArtifactHashMismatch, InvalidRequest, NotFound
-from checkpoints.models import ACTIVE_STATUSES, Artifact, ArtifactKind, Checkpoint, Run, RunStatus
+from checkpoints.models import (
+    ACTIVE_STATUSES,
+    Artifact,
+    ArtifactKind,
+    ArtifactReference,
+    Checkpoint,
+    CompactionRecord,
+    Run,
+    RunStatus,
+)
 from checkpoints.services.checkpoints import checkpoint_commit, run_verify
-from retention.models import ArtifactReference, CompactionRecord, RetentionPolicy
-from retention.policies import PolicyInput, legal_hold_set, policy_build, retention_policy_save
+from retention.models import RetentionPolicy
+from retention.policies import (
+    PolicyInput,
+    legal_hold_set,
+    policy_build,
+    retention_policy_delete,
+    retention_policy_save,
+)
 from retention.services import retention_apply, retention_preview
 from runtime.services.forks import run_fork
 from tenants.models import AuditEvent
@@ -76,6 +91,24 @@ def test_compaction_records_hold_the_removed_hashes(acme, every_status):
     assert {e["sequence"]: (e["sha256"], e["parent_sha256"]) for e in removed} == {
         s: before[s] for s in (2, 3, 5, 6, 7)
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_removing_a_policy_keeps_what_it_compacted_under_its_name(acme, bob, workflow):
+    # Committed for real: the database's foreign key from the records to the policy is
+    # checked at commit, which a rolled-back test transaction never reaches.
+    history = build(acme, bob, status=RunStatus.SUCCEEDED)
+    saved = policy(acme, intermediate_days=30)
+    retention_apply()
+    assert set(CompactionRecord.objects.values_list("policy_id", flat=True)) == {saved.pk}
+    assert retention_policy_delete(tenant=acme, workflow_type="", actor=ADMIN)
+    assert not RetentionPolicy.objects.filter(pk=saved.pk).exists()
+    assert set(CompactionRecord.objects.values_list("policy_id", "policy_label")) == {
+        (None, "acme/default")
+    }
+    result = run_verify(tenant=acme, run_id=history.run.id)
+    assert result["ok"], result["problems"]
+    assert {c["policy"] for c in result["compacted"]} == {"acme/default"}
 
 
 def test_an_unexplained_gap_or_a_forged_record_still_fails_verify(acme, every_status):
@@ -320,8 +353,12 @@ def test_the_command_prints_progress_and_a_summary(acme, every_status):
 def test_the_migration_backfills_the_reference_index(acme, bob, workflow):
     import importlib
 
-    from django.apps import apps
+    from django.db import connection
+    from django.db.migrations.loader import MigrationLoader
 
+    # The migration runs against the models as they were at that point of the history.
+    node = ("retention", "0002_backfill_artifact_references")
+    apps = MigrationLoader(connection).project_state(node).apps
     history = build(acme, bob, status=RunStatus.SUCCEEDED)
     expected = set(ArtifactReference.objects.values_list("checkpoint_id", "artifact_id"))
     assert len(expected) == 2  # the context (checkpoint 3) and the draft (the final one)

@@ -54,9 +54,9 @@ from checkpoints.services.commit_rules import (
 )
 from checkpoints.services.commit_sql import RunHead
 from checkpoints.services.reads import FIELD, TABLE, checkpoint_envelope, run_get
+from checkpoints.services.references import references_record
 from checkpoints.services.workflows import transition_allowed
-from observability.latency import commit_latency_record
-from retention.references import references_record
+from telemetry.latency import commit_latency_record
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record
 
@@ -666,8 +666,8 @@ def run_verify(*, tenant: Tenant, run_id: UUID | str) -> dict[str, Any]:
     damage: each problem is reported as a sentence. A gap that retention's compaction
     records explain, with hashes that link, is reported under ``compacted``, not a problem."""
     from checkpoints.services.artifacts import artifact_content
+    from checkpoints.services.compaction import compaction_index
     from checkpoints.services.integrity import checkpoint_columns_problem, run_head_problem
-    from retention.chain import compaction_index
 
     run = run_get(tenant=tenant, run_id=run_id)
     compactions = compaction_index(run)

@@ -40,7 +40,7 @@ from cairn.errors import (
 from checkpoints.models import Execution, Run, RunStatus
 from checkpoints.services import outbox
 from checkpoints.services.budgets import BUDGET_LIMIT_MAX, budget_exhausted
-from observability.logs import transition_log
+from telemetry.logs import transition_log
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record
 

@@ -15,8 +15,8 @@ from checkpoints.services import outbox
 from checkpoints.services.budgets import BUDGET_LIMIT_MAX
 from checkpoints.services.checkpoints import checkpoint_build, checkpoint_insert, envelope_prepare
 from checkpoints.services.workflows import workflow_resolve
-from observability.logs import transition_log
 from runtime.registry import workflow_ensure_registered
+from telemetry.logs import transition_log
 from tenants.models import Tenant
 from tenants.services import Actor
 

@@ -7,7 +7,7 @@ from collections import defaultdict
 from django.db import transaction
 from django.db.models import F, Sum
 
-from retention.models import MetricIncrement, MetricTotal
+from telemetry.models import MetricIncrement, MetricTotal
 
 ROLLUP_LOCK = "cairn_rollup_lock"
 

@@ -15,8 +15,7 @@ from typing import Any
 from django.db import connection
 
 from cairn.errors import ArtifactHashMismatch
-from checkpoints.models import Artifact, Checkpoint
-from retention.models import ArtifactReference
+from checkpoints.models import Artifact, ArtifactReference, Checkpoint
 
 
 def artifact_ids_of(envelope: dict[str, Any]) -> list[str]:

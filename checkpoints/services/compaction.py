@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoints.models import Run
-from retention.models import CompactionRecord
+from checkpoints.models import CompactionRecord, Run
 
 
 @dataclass

@@ -21,7 +21,7 @@ from django.db import DatabaseError, transaction
 from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
-from retention.models import CommitLatencySample, MetricTotal
+from telemetry.models import CommitLatencySample, MetricTotal
 
 log = logging.getLogger("cairn.metrics")
 
