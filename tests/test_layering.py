@@ -19,7 +19,7 @@ LINT_IMPORTS = str(Path(sys.executable).parent / "lint-imports")
 
 def lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [LINT_IMPORTS, "--config", "pyproject.toml", "--no-cache"],
+        [LINT_IMPORTS, "pyproject.toml", "--no-cache"],
         cwd=cwd,
         capture_output=True,
         text=True,
