@@ -16,8 +16,6 @@ from checkpoints.models import Run
 if TYPE_CHECKING:
     from .definition import ApprovalSpec
 
-__all__ = ["ApprovalOutcome", "approval_gate", "operations_reconcile"]
-
 
 def approval_gate(*, run: Run, spec: ApprovalSpec, envelope: dict[str, Any]) -> ApprovalOutcome:
     """The run is at an approval state: may it continue?
