@@ -93,3 +93,18 @@ def decisions_of(*, tenant: Tenant, user: AbstractBaseUser) -> QuerySet:
         .select_related("request", "request__run")
         .order_by("-created_at", "-id")
     )
+
+
+def approved_request_for_version(run: Run) -> ApprovalRequest | None:
+    """The newest approved, unexpired request bound to the run's current version: the one a
+    runner may move past the approval state under (``GET /runs/{id}/next``)."""
+    return (
+        ApprovalRequest.objects.filter(
+            run=run,
+            status=ApprovalStatus.APPROVED,
+            run_version=run.version,
+            expires_at__gt=timezone.now(),
+        )
+        .order_by("-created_at")
+        .first()
+    )

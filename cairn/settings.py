@@ -266,6 +266,11 @@ CAIRN_PUBLISHING_TOKEN_REF = env("CAIRN_PUBLISHING_TOKEN_REF")  # e.g. env:PUBLI
 CAIRN_PROVIDER_TIMEOUT_SECONDS = float(env("CAIRN_PROVIDER_TIMEOUT_SECONDS", "5"))
 # How long an approval request stays open when its creator names no expiry.
 CAIRN_APPROVAL_TTL_SECONDS = env_int("CAIRN_APPROVAL_TTL_SECONDS", 24 * 3600)
+# The approvals implementation behind the store's and the engine's approvals port
+# (checkpoints.approvals_port.ApprovalsPort), by import path, as AUTHENTICATION_BACKENDS
+# names its backends. Approvals sit above checkpoints and runtime, so those layers never
+# import the approvals app: the project wires it here. Not an environment variable.
+CAIRN_APPROVALS_PORT = "approvals.port.port"
 CAIRN_MODEL_CLIENT = env("CAIRN_MODEL_CLIENT", "local")
 CAIRN_MODEL_BASE_URL = env("CAIRN_MODEL_BASE_URL")
 CAIRN_MODEL_NAME = env("CAIRN_MODEL_NAME", "gpt-4o-mini")

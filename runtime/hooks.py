@@ -1,34 +1,20 @@
 """The two places where other parts of Cairn decide whether a restored run may go on.
 
-Both are plain functions the executor calls during every restore; the approvals app and
-the side-effects code replace their bodies (no signals, no registration magic).
+Both are plain functions the executor calls during every restore. Approvals sit above the
+engine, so the approval gate asks them through the approvals port the project wires
+(``checkpoints.approvals_port``, ``settings.CAIRN_APPROVALS_PORT``); the reconciler is the
+engine's own. No signals, no registration magic.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from checkpoints.approvals_port import ApprovalOutcome, approvals_port
 from checkpoints.models import Run
 
 if TYPE_CHECKING:
     from .definition import ApprovalSpec
-
-
-@dataclass(frozen=True)
-class ApprovalOutcome:
-    """``wait`` keeps the run in ``waiting_approval``; ``approved`` moves it to the approval
-    spec's ``next`` state, ``rejected`` to its ``rejected`` state (or fails it). ``evidence``
-    is merged into the committed checkpoint: ``validators`` (list) and ``control`` (dict,
-    e.g. ``approval_request_id``)."""
-
-    decision: str  # "wait" | "approved" | "rejected"
-    reason: str = ""
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def wait(cls, reason: str = "") -> ApprovalOutcome:
-        return cls("wait", reason)
 
 
 def approval_gate(*, run: Run, spec: ApprovalSpec, envelope: dict[str, Any]) -> ApprovalOutcome:
@@ -36,13 +22,11 @@ def approval_gate(*, run: Run, spec: ApprovalSpec, envelope: dict[str, Any]) -> 
 
     Called with the run leased and its latest envelope restored (evidence artifacts by
     name: ``spec.artifact`` names the one under review). This is also where approval expiry
-    is re-evaluated on every restore. The approvals app decides (``approvals.runtime``):
-    it raises the hash-bound request, and lets the run go on only with a valid approval for
-    the run's current version, action and artifact sha256, consumed once.
+    is re-evaluated on every restore. The approvals app decides (through the approvals
+    port): it raises the hash-bound request, and lets the run go on only with a valid
+    approval for the run's current version, action and artifact sha256, consumed once.
     """
-    from approvals.runtime import runtime_approval_outcome
-
-    return runtime_approval_outcome(run=run, spec=spec, envelope=envelope)
+    return approvals_port().restore_approval_outcome(run=run, spec=spec, envelope=envelope)
 
 
 def operations_reconcile(*, run: Run, envelope: dict[str, Any]) -> str | None:

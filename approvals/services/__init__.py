@@ -9,11 +9,17 @@ notification signals (``approvals.signals``) go out only after commit.
 from approvals.services._common import may_review, run_starter
 from approvals.services.decisions import approval_decide
 from approvals.services.expiry import approval_expire_due
-from approvals.services.gate import GateVerdict, approval_consume, approval_gate
+from approvals.services.gate import (
+    GateVerdict,
+    approval_commit_check,
+    approval_consume,
+    approval_gate,
+)
 from approvals.services.requests import approval_request_create
 
 __all__ = [
     "GateVerdict",
+    "approval_commit_check",
     "approval_consume",
     "approval_decide",
     "approval_expire_due",

@@ -1,9 +1,11 @@
-"""Using an approval (restore step 6): consumed once, for the bound version, action, hash."""
+"""Using an approval (restore step 6, and the commit that leaves an approval state): consumed
+once, for the bound version, action, hash."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 from django.conf import settings
@@ -17,13 +19,76 @@ from cairn.errors import (
     ApprovalClosed,
     ApprovalExpired,
     ApprovalHashMismatch,
+    ApprovalRequired,
     ApprovalStale,
     ArtifactHashMismatch,
     CairnError,
     NotFound,
 )
+from checkpoints.approvals_port import ApprovalUse, CommitRun
 from checkpoints.models import Artifact, Checkpoint, Run
 from tenants.services import Actor, audit_record
+
+
+def approval_commit_check(
+    *, run: CommitRun, state: str, evidence: dict[str, Any], control: dict[str, Any]
+) -> ApprovalUse | None:
+    """The approval that lets a commit leave the approval state ``run.state`` for ``state``
+    (``run`` as the commit read it): the request ``control.approval_request_id`` names,
+    else the run's latest for its version (else its latest at all), bound to ``run.version``
+    for an artifact ``evidence`` still names, approved and unexpired. Reads only.
+
+    Returns the request the commit must consume in its transaction (``approval_consume``),
+    or None when the gate consumed it for this same version (the same one use). Raises
+    ApprovalRequired (none, pending or rejected), ApprovalStale, ApprovalHashMismatch or
+    ApprovalExpired.
+    """
+    named = control.get("approval_request_id")
+    requests = ApprovalRequest.objects.filter(run_id=run.id)
+    request = (
+        requests.filter(pk=uuid_or_none(named)).first()
+        if named
+        else (
+            requests.filter(run_version=run.version)
+            .exclude(status=ApprovalStatus.SUPERSEDED)
+            .order_by("-created_at", "-pk")
+            .first()
+            or requests.order_by("-created_at", "-pk").first()
+        )
+    )
+    leaving = f"Leaving the approval state '{run.state}' for '{state}'"
+    if request is None:
+        raise ApprovalRequired(
+            f"{leaving} needs an approval: ask for one (POST /runs/{run.id}/approvals), wait "
+            f"for the decision (GET /runs/{run.id}/next?wait=30), then commit."
+        )
+    if request.run_version != run.version:
+        raise ApprovalStale(
+            f"Approval request {request.pk} is bound to run version {request.run_version}; "
+            f"the run is at version {run.version}. Ask for a new approval."
+        )
+    shas = {ref.get("sha256") for ref in evidence.get("artifacts") or []}
+    if request.artifact_sha256 not in shas:
+        raise ApprovalHashMismatch(
+            f"Approval request {request.pk} approves the artifact with sha256 "
+            f"{request.artifact_sha256}, which the committed evidence no longer names."
+        )
+    if request.status == ApprovalStatus.PENDING:
+        raise ApprovalRequired(
+            f"{leaving} needs a decision: approval request {request.pk} is still pending "
+            f"(GET /runs/{run.id}/next?wait=30 answers when it is decided)."
+        )
+    if request.status == ApprovalStatus.REJECTED:
+        raise ApprovalRequired(
+            f"{leaving} is not allowed: approval request {request.pk} was rejected "
+            f"({request.status_reason or 'no reason given'}); the run can only fail."
+        )
+    if request.status == ApprovalStatus.EXPIRED:
+        raise ApprovalExpired(f"Approval request {request.pk} expired; ask for a new one.")
+    if request.status == ApprovalStatus.CONSUMED:
+        return None  # used for this very version by the gate: the same one use
+    # Approved (or closed some other way): consumed by the commit, or refused with its code.
+    return ApprovalUse(request.pk, request.action, request.artifact_sha256)
 
 
 def approval_consume(

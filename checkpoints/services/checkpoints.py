@@ -37,6 +37,7 @@ from cairn.errors import (
 )
 from checkpoints import crypto
 from checkpoints import envelope as env
+from checkpoints.approvals_port import ApprovalUse
 from checkpoints.models import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -47,11 +48,7 @@ from checkpoints.models import (
     RunStatus,
 )
 from checkpoints.services import commit_sql, outbox
-from checkpoints.services.commit_rules import (
-    ApprovalUse,
-    commit_approval_consume,
-    commit_rules_check,
-)
+from checkpoints.services.commit_rules import commit_approval_consume, commit_rules_check
 from checkpoints.services.commit_sql import RunHead
 from checkpoints.services.reads import FIELD, TABLE, checkpoint_envelope, run_get
 from checkpoints.services.references import references_record

@@ -6,7 +6,9 @@ envelope is built, before anything is written. It reads nothing the commit has n
 already, except the run's approval requests when (and only when) the commit leaves an
 approval state, and writes nothing. A refusal raises, and nothing is written. When the
 commit leaves under an approved request, ``commit_approval_consume`` consumes it inside
-the commit's transaction, so it is used if and only if the run moves.
+the commit's transaction, so it is used if and only if the run moves. Both approval steps
+are the approvals app's, asked through the store's approvals port
+(``checkpoints.approvals_port``): approvals sit above the store.
 
 The rules, in order:
 
@@ -32,47 +34,25 @@ thread (``checkpoint_commit(answers_interrupt=True)``): the application's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
-from cairn.errors import (
-    ApprovalExpired,
-    ApprovalHashMismatch,
-    ApprovalRequired,
-    ApprovalStale,
-    BudgetExhausted,
-    IllegalTransition,
-)
-from checkpoints.models import Run, RunStatus
+from cairn.errors import BudgetExhausted, IllegalTransition
+from checkpoints.approvals_port import ApprovalUse, approvals_port
+from checkpoints.models import RunStatus
 from checkpoints.services.budgets import LIMIT_FOR_USED
 from tenants.services import Actor
-
-
-def uuid_or_none(value: object) -> UUID | None:
-    try:
-        return UUID(str(value))
-    except ValueError:
-        return None
 
 
 class RunFacts(Protocol):
     """What the rules read of the run, as the commit read it (a Run or the commit's head)."""
 
     id: UUID
+    tenant_id: UUID
     state: str
     version: int
     workflow_type: str
     budget_limits: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class ApprovalUse:
-    """An approved request the commit must consume, in its own transaction."""
-
-    request_id: UUID
-    action: str
-    artifact_sha256: str
 
 
 def _check_status(
@@ -117,59 +97,6 @@ def _check_budgets(run: RunFacts, budgets: dict[str, Any], status: str) -> None:
         )
 
 
-def _check_approval(
-    run: RunFacts, *, state: str, evidence: dict[str, Any], control: dict[str, Any]
-) -> ApprovalUse | None:
-    from approvals.models import ApprovalRequest, ApprovalStatus
-
-    named = control.get("approval_request_id")
-    requests = ApprovalRequest.objects.filter(run_id=run.id)
-    request = (
-        requests.filter(pk=uuid_or_none(named)).first()
-        if named
-        else (
-            requests.filter(run_version=run.version)
-            .exclude(status=ApprovalStatus.SUPERSEDED)
-            .order_by("-created_at", "-pk")
-            .first()
-            or requests.order_by("-created_at", "-pk").first()
-        )
-    )
-    leaving = f"Leaving the approval state '{run.state}' for '{state}'"
-    if request is None:
-        raise ApprovalRequired(
-            f"{leaving} needs an approval: ask for one (POST /runs/{run.id}/approvals), wait "
-            f"for the decision (GET /runs/{run.id}/next?wait=30), then commit."
-        )
-    if request.run_version != run.version:
-        raise ApprovalStale(
-            f"Approval request {request.pk} is bound to run version {request.run_version}; "
-            f"the run is at version {run.version}. Ask for a new approval."
-        )
-    shas = {ref.get("sha256") for ref in evidence.get("artifacts") or []}
-    if request.artifact_sha256 not in shas:
-        raise ApprovalHashMismatch(
-            f"Approval request {request.pk} approves the artifact with sha256 "
-            f"{request.artifact_sha256}, which the committed evidence no longer names."
-        )
-    if request.status == ApprovalStatus.PENDING:
-        raise ApprovalRequired(
-            f"{leaving} needs a decision: approval request {request.pk} is still pending "
-            f"(GET /runs/{run.id}/next?wait=30 answers when it is decided)."
-        )
-    if request.status == ApprovalStatus.REJECTED:
-        raise ApprovalRequired(
-            f"{leaving} is not allowed: approval request {request.pk} was rejected "
-            f"({request.status_reason or 'no reason given'}); the run can only fail."
-        )
-    if request.status == ApprovalStatus.EXPIRED:
-        raise ApprovalExpired(f"Approval request {request.pk} expired; ask for a new one.")
-    if request.status == ApprovalStatus.CONSUMED:
-        return None  # used for this very version by the gate: the same one use
-    # Approved (or closed some other way): consumed by the commit, or refused with its code.
-    return ApprovalUse(request.pk, request.action, request.artifact_sha256)
-
-
 def commit_rules_check(
     *,
     run: RunFacts,
@@ -192,7 +119,9 @@ def commit_rules_check(
     leaves_approval = run.state in definition.get("approval_states", []) and state != run.state
     # Giving up (failing the run) needs no approval: nothing runs after it.
     if leaves_approval and not operator_override and status != RunStatus.FAILED:
-        return _check_approval(run, state=state, evidence=evidence, control=control)
+        return approvals_port().commit_approval_check(
+            run=run, state=state, evidence=evidence, control=control
+        )
     return None
 
 
@@ -200,12 +129,4 @@ def commit_approval_consume(*, use: ApprovalUse, run: RunFacts, actor: Actor) ->
     """Consume ``use`` for the run at the version being left: call it inside the commit's
     transaction, so the approval is used if and only if the run moves. Raises the approval
     codes (expired, stale, closed) when it cannot be used any more."""
-    from approvals.services.gate import approval_consume
-
-    approval_consume(
-        run=Run(pk=run.id, version=run.version, tenant_id=getattr(run, "tenant_id", None)),
-        request_id=use.request_id,
-        action=use.action,
-        artifact_sha256=use.artifact_sha256,
-        actor=actor,
-    )
+    approvals_port().commit_approval_consume(use=use, run=run, actor=actor)

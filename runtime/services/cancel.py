@@ -27,6 +27,7 @@ from uuid import UUID
 from django.db import transaction
 
 from cairn.errors import CairnError, RunNotActive
+from checkpoints.approvals_port import approvals_port
 from checkpoints.models import OperationStatus, Run, RunStatus
 from checkpoints.services import outbox
 from runtime.services.actions import (
@@ -90,9 +91,7 @@ def run_cancel(
         )
         # A cancelled (or cancelling) run never continues: its live requests are closed now,
         # so reviewers' queues and cairn_approvals{state="waiting"} stop counting it.
-        from approvals.services.closing import approval_requests_close
-
-        approval_requests_close(
+        approvals_port().approval_requests_close(
             run=run, reason=f"The run was cancelled by {actor.name}: {reason}", actor=actor
         )
         if keys:

@@ -15,6 +15,7 @@ from uuid import UUID
 from django.db import transaction
 
 from cairn.errors import ActionNotAllowed, UnknownStep
+from checkpoints.approvals_port import approvals_port
 from checkpoints.models import Checkpoint, Run, RunStatus
 from checkpoints.services.checkpoints import checkpoint_commit, latest_envelope
 from runtime.services.actions import (
@@ -184,15 +185,12 @@ def run_retry(
         )
         previous_state, previous_status = run.state, run.status
         # The run's version moves: a live request bound to the old one can never be used.
-        from approvals.models import ApprovalStatus
-        from approvals.services.closing import approval_requests_close
-
-        approval_requests_close(
+        approvals_port().approval_requests_close(
             run=run,
             reason=f"The run moved on: step {choice.step} was retried by {actor.name}; it asks "
             "again when it reaches its approval state.",
             actor=actor,
-            status=ApprovalStatus.SUPERSEDED,
+            status="superseded",
         )
         result = checkpoint_commit(
             tenant=tenant,

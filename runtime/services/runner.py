@@ -13,8 +13,8 @@ from uuid import UUID
 
 from django.utils import timezone
 
-from approvals.models import ApprovalRequest, ApprovalStatus
 from cairn.errors import InvalidRequest
+from checkpoints.approvals_port import approvals_port
 from checkpoints.models import TERMINAL_STATUSES, Run, RunStatus
 from checkpoints.services.reads import run_get
 from tenants.models import Tenant
@@ -44,19 +44,6 @@ class NextCommand:
         return asdict(self)
 
 
-def _approved_request(run: Run) -> ApprovalRequest | None:
-    return (
-        ApprovalRequest.objects.filter(
-            run=run,
-            status=ApprovalStatus.APPROVED,
-            run_version=run.version,
-            expires_at__gt=timezone.now(),
-        )
-        .order_by("-created_at")
-        .first()
-    )
-
-
 def run_next_command(*, run: Run) -> NextCommand:
     """The run's next command as of now. Reads only."""
     facts = {
@@ -82,14 +69,14 @@ def run_next_command(*, run: Run) -> NextCommand:
             reason=f"the retry is due at {run.next_eligible_at.isoformat()}",
         )
     if run.status == RunStatus.WAITING_APPROVAL:
-        approved = _approved_request(run)
+        approved = approvals_port().approved_request_id(run=run)
         if approved is not None:
             return NextCommand(
                 **facts,
                 due=True,
                 command="approval_decided",
                 reason="approved",
-                approval_request_id=str(approved.pk),
+                approval_request_id=str(approved),
             )
         return NextCommand(**facts, due=False, command="wait", reason="waiting for a decision")
     return NextCommand(

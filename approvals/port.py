@@ -1,16 +1,23 @@
-"""The approvals side of the runtime's approval hook (``runtime.hooks``).
+"""The approvals app behind the lower layers' approvals port (``checkpoints.approvals_port``).
 
-The worker calls it on every restore of a run at an approval state; it answers with the
-runtime's ApprovalOutcome, deciding through ``approvals.services.approval_gate``.
+``port`` is what ``settings.CAIRN_APPROVALS_PORT`` names: the store's commit, the worker's
+restore, operator actions and the runner's next command reach approvals through it, each
+operation a thin call of the approvals service that decides.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
+from uuid import UUID
 
+from approvals.models import ApprovalStatus
+from approvals.selectors import approved_request_for_version
 from approvals.services import approval_gate
+from approvals.services.closing import approval_requests_close
+from approvals.services.gate import approval_commit_check, approval_consume
 from cairn.errors import ArtifactHashMismatch
+from checkpoints.approvals_port import ApprovalOutcome, ApprovalState, ApprovalUse, CommitRun
 from checkpoints.models import Run
 from tenants.services import Actor
 
@@ -28,10 +35,11 @@ def artifact_under_review(envelope: dict[str, Any], name: str | None) -> dict[st
     return drafts[-1] if drafts else None
 
 
-def runtime_approval_outcome(*, run: Run, spec: Any, envelope: dict[str, Any]) -> Any:
-    """Map the gate's verdict to the runtime's ApprovalOutcome (wait / approved / rejected)."""
-    from runtime.hooks import ApprovalOutcome
-
+def restore_approval_outcome(
+    *, run: Run, spec: ApprovalState, envelope: dict[str, Any]
+) -> ApprovalOutcome:
+    """Map the gate's verdict (``approval_gate``) to the restore's ApprovalOutcome (wait /
+    approved / rejected)."""
     ref = artifact_under_review(envelope, spec.artifact)
     if ref is None:
         log.error(
@@ -73,3 +81,45 @@ def runtime_approval_outcome(*, run: Run, spec: Any, envelope: dict[str, Any]) -
             "rejected", verdict.reason, evidence={"control": control, "validators": [validator]}
         )
     return ApprovalOutcome("wait", verdict.reason, evidence={"control": control})
+
+
+class ApprovalsApp:
+    """The approvals app as the lower layers see it (``checkpoints.approvals_port``)."""
+
+    def commit_approval_check(
+        self, *, run: CommitRun, state: str, evidence: dict[str, Any], control: dict[str, Any]
+    ) -> ApprovalUse | None:
+        return approval_commit_check(run=run, state=state, evidence=evidence, control=control)
+
+    def commit_approval_consume(self, *, use: ApprovalUse, run: CommitRun, actor: Actor) -> None:
+        approval_consume(
+            run=Run(pk=run.id, version=run.version, tenant_id=run.tenant_id),
+            request_id=use.request_id,
+            action=use.action,
+            artifact_sha256=use.artifact_sha256,
+            actor=actor,
+        )
+
+    def restore_approval_outcome(
+        self, *, run: Run, spec: ApprovalState, envelope: dict[str, Any]
+    ) -> ApprovalOutcome:
+        return restore_approval_outcome(run=run, spec=spec, envelope=envelope)
+
+    def approval_requests_close(
+        self,
+        *,
+        run: Run,
+        reason: str,
+        actor: Actor,
+        status: Literal["closed", "superseded"] = "closed",
+    ) -> int:
+        return approval_requests_close(
+            run=run, reason=reason, actor=actor, status=ApprovalStatus(status)
+        )
+
+    def approved_request_id(self, *, run: Run) -> UUID | None:
+        approved = approved_request_for_version(run)
+        return approved.pk if approved is not None else None
+
+
+port = ApprovalsApp()
