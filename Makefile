@@ -44,9 +44,11 @@ rehearsal: install
 	DATABASE_URL=$(or $(DATABASE_URL),postgres://postgres@127.0.0.1:5432/cairn) $(REHEARSAL_BROKER) \
 		$(PY) -m pytest tests/test_rehearsal_multi_machine.py $(PYTEST_ARGS)
 
+# ruff, then the layering: the import contracts in pyproject.toml ([tool.importlinter]).
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 
 format: install
 	$(VENV)/bin/ruff format .

@@ -237,3 +237,13 @@ def test_with_the_approvals_app_behind_the_port_the_same_commit_is_refused(run, 
     run = at_review(run, artifact)
     with pytest.raises(ApprovalRequired):
         _leave_review(run, artifact)
+
+
+def test_a_misconfigured_port_is_reported_by_the_system_checks():
+    from django.core.checks import run_checks
+
+    assert not [e for e in run_checks() if e.id == "cairn.E102"]
+    with override_settings(CAIRN_APPROVALS_PORT="approvals.port.no_such_port"):
+        errors = [e for e in run_checks() if e.id == "cairn.E102"]
+    assert len(errors) == 1
+    assert "CAIRN_APPROVALS_PORT names 'approvals.port.no_such_port'" in errors[0].msg
