@@ -14,8 +14,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import ahocorasick_rs
 import fastjsonschema
 import jsonschema
+import orjson
 import rfc8785
 
 from cairn.errors import InvalidEnvelope
@@ -328,20 +330,31 @@ def json_problem(value: Any, *, where: str = "the value") -> str | None:
     return None
 
 
+def json_bytes(value: Any) -> bytes:
+    """The value's compact JSON as UTF-8 (not ASCII-escaped, keys in their own order): what
+    size limits and the credential scan read. orjson writes it; a value orjson refuses (a
+    lone surrogate, a non-string key, an integer past 64 bits) falls back to the standard
+    encoder, which writes the same bytes for everything orjson accepts."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError is one
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return text.encode("utf-8", "surrogatepass")
+
+
 def canonical_json(value: Any) -> bytes:
     """RFC 8785 canonical JSON: the bytes every hash in Cairn is computed over.
 
-    The C JSON encoder produces exactly the RFC 8785 bytes for the values ``_inspect``
-    admits; anything else goes through the reference implementation (``rfc8785``). A
-    property test holds the two equal. Raises InvalidEnvelope (422) for a value RFC 8785
-    cannot represent, with the sentence of ``json_problem``.
+    orjson (sorted keys, compact, UTF-8) produces exactly the RFC 8785 bytes for the values
+    ``_inspect`` admits; anything else goes through the reference implementation
+    (``rfc8785``). A property test holds the two equal. Raises InvalidEnvelope (422) for a
+    value RFC 8785 cannot represent, with the sentence of ``json_problem``.
     """
     try:
         if _inspect(value):
             value = _integral_floats_as_ints(value)
-        text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-        return text.encode("utf-8")
-    except (_SlowPath, UnicodeEncodeError, RecursionError):
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (_SlowPath, TypeError, RecursionError):
         problem = json_problem(value)
         if problem:
             raise InvalidEnvelope(f"Not storable as JSON: {problem}.", fields={"": problem})
@@ -411,10 +424,10 @@ _TRIGGERS: dict[str, tuple[str, ...]] = {
     "Cairn API token": ("cairn_",),
 }
 _KEY_WORDS = ("pass", "pwd", "secret", "key", "token", "authorization", "cookie")
-_BYTE_TRIGGERS = {
-    what: tuple(t.encode("ascii") for t in triggers) for what, triggers in _TRIGGERS.items()
-}
-_BYTE_KEY_WORDS = tuple(word.encode("ascii") for word in _KEY_WORDS)
+# Every trigger and key word, found in one pass over the text (Aho-Corasick): searching
+# for each of them in turn walked a 50 KB envelope thirty times (docs/performance.md).
+_TRIGGER_WORDS = tuple(sorted({t for ts in _TRIGGERS.values() for t in ts} | set(_KEY_WORDS)))
+_TRIGGER_SEARCH = ahocorasick_rs.BytesAhoCorasick([t.encode("ascii") for t in _TRIGGER_WORDS])
 # A credential-named key with a non-reference string value, as it appears in JSON text.
 _SECRET_KEY_IN_JSON = re.compile(
     r'"(?i:'
@@ -432,23 +445,50 @@ _WHITESPACE_ESCAPES = (
 )
 
 
-def find_secret(value: Any, path: str = "envelope") -> tuple[str, str] | None:
+def _triggered(text: str) -> tuple[list[re.Pattern[str]], bool]:
+    """The patterns whose literal triggers occur in ``text`` (and those without triggers),
+    and whether a credential key word does. Case-insensitive, in one pass."""
+    if text.isascii():
+        lowered = text.encode("ascii").lower()
+    else:
+        # str.lower folds a few non-ASCII letters to ASCII ones (the Kelvin sign to k), as
+        # the patterns' IGNORECASE matching does; bytes.lower would not.
+        lowered = text.lower().encode("utf-8", "surrogatepass")
+    found = {
+        _TRIGGER_WORDS[index]
+        for index, _start, _end in _TRIGGER_SEARCH.find_matches_as_indexes(
+            lowered, overlapping=True
+        )
+    }
+    patterns = [
+        pattern
+        for what, pattern in _SECRET_PATTERNS
+        if what not in _TRIGGERS or not found.isdisjoint(_TRIGGERS[what])
+    ]
+    return patterns, not found.isdisjoint(_KEY_WORDS)
+
+
+def find_secret(
+    value: Any, path: str = "envelope", *, text: str | None = None
+) -> tuple[str, str] | None:
     """Return (path, what) of the first value that looks like a credential, else None.
 
     A scan of the value's JSON text decides the common case (no credential); only a hit
-    pays for the walk that names the path. A property test holds the two equal.
+    pays for the walk that names the path. A property test holds the two equal. A caller
+    that already has the value's JSON text (``json_bytes``) passes it as ``text``.
     """
-    text = json.dumps(value, ensure_ascii=False)
+    if text is None:
+        text = json_bytes(value).decode("utf-8", "surrogatepass")
+    patterns, key_word = _triggered(text)
+    if not patterns and not key_word:
+        return None
+    # Triggers hold no whitespace, so every trigger in the unescaped text is in the escaped
+    # one: unescaping only where a trigger hit loses nothing.
     for escaped, plain in _WHITESPACE_ESCAPES:
         text = text.replace(escaped, plain)
-    # Triggers are ASCII, so a trigger is in the text exactly when its bytes are in the
-    # text's UTF-8 bytes, where the substring search runs about twice as fast.
-    lowered = text.lower().encode("utf-8", "surrogatepass")
-    suspicious = any(
-        (triggers is None or any(t in lowered for t in triggers)) and pattern.search(text)
-        for what, pattern in _SECRET_PATTERNS
-        for triggers in (_BYTE_TRIGGERS.get(what),)
-    ) or (any(word in lowered for word in _BYTE_KEY_WORDS) and _SECRET_KEY_IN_JSON.search(text))
+    suspicious = any(pattern.search(text) for pattern in patterns) or (
+        key_word and _SECRET_KEY_IN_JSON.search(text)
+    )
     return _find_secret_path(value, path) if suspicious else None
 
 

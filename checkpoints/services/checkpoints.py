@@ -9,7 +9,6 @@ raised, so one parent checkpoint has exactly one accepted successor.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 import uuid
@@ -126,14 +125,16 @@ def _check_client_groups(groups: dict[str, Any]) -> None:
     }
     if shapeless:
         raise InvalidEnvelope("The envelope's groups have the wrong shape.", fields=shapeless)
-    # The C encoder's length is the canonical length to within whitespace-free rounding.
-    size = len(json.dumps(groups, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    # One serialization serves the size check and the credential scan. Compact JSON's length
+    # is the canonical length to within key order.
+    text = env.json_bytes(groups)
+    size = len(text)
     if size > settings.CAIRN_MAX_ENVELOPE_BYTES:
         raise PayloadTooLarge(
             f"The envelope is {size} bytes; the limit is {settings.CAIRN_MAX_ENVELOPE_BYTES}. "
             "Store large content as an artifact and reference it by id and sha256."
         )
-    found = env.find_secret(groups)
+    found = env.find_secret(groups, text=text.decode("utf-8", "surrogatepass"))
     if found:
         path, what = found
         raise SecretInEnvelope(
