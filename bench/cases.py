@@ -1,4 +1,5 @@
-"""The benchmark cases of issue 9. Each returns a list of Measurements."""
+"""The benchmark cases `make bench` runs (docs/performance.md). Each returns a list of
+Measurements."""
 
 from __future__ import annotations
 
