@@ -5,8 +5,8 @@
 - every domain error's code and status is a row of docs/api.md's error table;
 - the settings table of docs/deployment.md lists exactly the variables cairn/settings.py
   reads;
-- no markdown file links outside the repository, and every relative link, image and anchor
-  resolves;
+- no markdown file links outside the repository or cites the issue tracker, and every
+  relative link, image and anchor resolves;
 - the README is the short front door and embeds screenshots from docs/images/.
 """
 
@@ -36,6 +36,8 @@ NOT_OURS = {
     ".ruff_cache",
     ".hypothesis",
 }
+# "issue 15", "issues 13 and 19", "issue #16": the tracker's numbers, not the repository's.
+ISSUE_MENTION = re.compile(r"\b[Ii]ssues? #?\d+")
 ROUTE_HEADING = re.compile(r"^### (GET|POST|PUT|PATCH|DELETE) (/\S+)$", re.M)
 # Every authenticated route may answer these; api.md says so once, under "Errors".
 COMMON_CODES = {"400", "401", "403", "411", "413", "503"}
@@ -210,6 +212,9 @@ def link_problems(path: Path, root: Path = ROOT) -> list[str]:
     for outside in ("../shared", "/work/"):
         if outside in text:
             problems.append(f"{where}: refers to {outside!r}, outside the repository")
+    # The issue tracker is not in a clone either: name the commit or the feature instead.
+    for mention in sorted(set(ISSUE_MENTION.findall(prose(text)))):
+        problems.append(f"{where}: refers to {mention!r} of the tracker, outside the repository")
     for target in link_targets(text):
         if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
             continue
@@ -244,11 +249,11 @@ def test_the_link_check_catches_an_escaping_a_missing_and_a_dangling_link(tmp_pa
     page = root / "docs" / "probe.md"
     page.write_text(
         "[a](../../outside.md) [b](missing.md) [c](api.md#no-such-heading) "
-        "![d](images/none.png) [e](/etc/passwd) see ../shared/DESIGN.md\n"
-        "[ok](api.md#errors) [ok too](#probe) `[code](ignored.md)`\n\n# Probe\n"
+        "![d](images/none.png) [e](/etc/passwd) see ../shared/DESIGN.md, as issue 15 said\n"
+        "[ok](api.md#errors) [ok too](#probe) `[code](ignored.md)` `issue_token`\n\n# Probe\n"
     )
     problems = link_problems(page, root)
-    assert len(problems) == 6, problems
+    assert len(problems) == 7, problems
 
 
 def test_every_make_target_the_docs_name_exists():
