@@ -9,14 +9,15 @@ and the sweep publishes it again. Consumers treat a stale or duplicate command a
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F, Q
+from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from checkpoints.models import OutboxMessage, Run
@@ -63,35 +64,74 @@ def _publish(message: OutboxMessage) -> None:
     app.send_task(task, kwargs=message.payload, retry=False)
 
 
+_OUTBOX = OutboxMessage._meta.db_table
+# The claim: one conditional UPDATE that also returns what to publish, so a dispatcher
+# neither reads the message first nor can claim one another dispatcher holds.
+_CLAIM = f"""
+UPDATE {_OUTBOX} SET claimed_until = %s, attempts = attempts + 1
+ WHERE id IN ({{ids}}) AND sent_at IS NULL
+   AND (available_at IS NULL OR available_at <= %s)
+   AND (claimed_until IS NULL OR claimed_until < %s)
+RETURNING id, kind, payload
+"""
+_SENT = f"UPDATE {_OUTBOX} SET sent_at = %s WHERE id = %s"
+_UNCLAIM = f"UPDATE {_OUTBOX} SET claimed_until = NULL WHERE id = %s"
+
+
+def _claim(ids: list[int], *, now: datetime, until: datetime) -> list[OutboxMessage]:
+    """Claim the due, unsent, unclaimed messages among ``ids``: one statement."""
+    if not ids:
+        return []
+    adapt = connection.ops.adapt_datetimefield_value
+    sql = _CLAIM.format(ids=", ".join(["%s"] * len(ids)))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [adapt(until), *ids, adapt(now), adapt(now)])
+        rows = cursor.fetchall()
+    return [
+        OutboxMessage(
+            id=pk,
+            kind=kind,
+            payload=json.loads(payload) if isinstance(payload, str | bytes) else payload,
+        )
+        for pk, kind, payload in sorted(rows)
+    ]
+
+
+def _mark(sql: str, *params: Any) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, list(params))
+
+
 def outbox_dispatch(*, message_ids: Iterable[int] | None = None, limit: int = 200) -> int:
     """Publish due, unsent, unclaimed messages; return how many were published.
 
-    Never raises for a broker failure: the message stays unsent for the next sweep.
+    Each message is claimed (one conditional UPDATE for all of them), published, then
+    marked sent. Never raises for a broker failure: the message's claim is dropped and it
+    stays unsent for the next sweep. A dispatcher that dies between publishing and marking
+    leaves a claim that expires, and the message is published again (at least once).
     """
     now = timezone.now()
-    due = (
-        Q(sent_at__isnull=True)
-        & (Q(available_at__isnull=True) | Q(available_at__lte=now))
-        & (Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
-    )
-    candidates = OutboxMessage.objects.filter(due)
-    if message_ids is not None:
-        candidates = candidates.filter(id__in=list(message_ids))
-    published = 0
-    claim_until = now + timedelta(seconds=settings.CAIRN_OUTBOX_CLAIM_SECONDS)
-    for message in candidates.order_by("id")[:limit]:
-        claimed = OutboxMessage.objects.filter(due, id=message.id).update(
-            claimed_until=claim_until, attempts=F("attempts") + 1
+    if message_ids is None:
+        due = (
+            Q(sent_at__isnull=True)
+            & (Q(available_at__isnull=True) | Q(available_at__lte=now))
+            & (Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
         )
-        if claimed != 1:
-            continue  # another dispatcher has it
+        ids = list(
+            OutboxMessage.objects.filter(due).order_by("id").values_list("id", flat=True)[:limit]
+        )
+    else:
+        ids = list(message_ids)[:limit]
+    claim_until = now + timedelta(seconds=settings.CAIRN_OUTBOX_CLAIM_SECONDS)
+    published = 0
+    for message in _claim(ids, now=now, until=claim_until):
         try:
             _publish(message)
         except Exception:
             log.exception("outbox publish failed", extra={"outbox_id": message.id})
-            OutboxMessage.objects.filter(id=message.id).update(claimed_until=None)
+            _mark(_UNCLAIM, message.id)
             continue
-        OutboxMessage.objects.filter(id=message.id).update(sent_at=timezone.now())
+        _mark(_SENT, connection.ops.adapt_datetimefield_value(timezone.now()), message.id)
         published += 1
     return published
 
