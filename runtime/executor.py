@@ -144,6 +144,7 @@ def run_advance(
             owner=owner,
             ttl_seconds=settings.CAIRN_LEASE_SECONDS,
             expected_version=expected_version,
+            run=run,
         )
     except LeaseHeld:
         log.info("run leased by another worker; backing off", extra={"run": str(run.pk)})

@@ -96,25 +96,46 @@ class LeaseKeeper:
             )
 
     def charge(self, **deltas: float) -> dict[str, Any]:
-        """Add usage to the run and renew the lease (one transaction, only while this worker
-        holds the lease). Returns the run's usage afterwards. Raises LeaseLost."""
+        """Add usage to the run and renew the lease, atomically and only while this worker
+        holds the lease (one conditional UPDATE when the run's usage is the one this worker
+        last wrote, else one locked transaction). Returns the run's usage afterwards.
+        Raises LeaseLost."""
+        with self._lock:
+            # Only the lease holder writes the run's usage, so the usage it last wrote is the
+            # run's: one conditional UPDATE charges it. Anything else (a usage this worker did
+            # not write, a lost lease) goes through the locked read below, which decides.
+            used = self._add(dict(self._used), deltas)
+            expiry = self._expiry()
+            if (
+                self._guard()
+                .filter(budget_used=self._used)
+                .update(budget_used=used, lease_expires_at=expiry)
+            ):
+                return self._charged(used, expiry)
         with self._lock, transaction.atomic():
             row = self._guard().select_for_update().values_list("budget_used", flat=True).first()
             if row is None:
                 self.lost = True
                 raise LeaseLost("the run's lease or version changed, or the run ended")
-            used = used_merge(row)
-            for key, delta in deltas.items():
-                used[key] = (
-                    round(used[key] + delta, 6) if isinstance(delta, float) else (used[key] + delta)
-                )
+            used = self._add(used_merge(row), deltas)
             expiry = self._expiry()
             self._guard().update(budget_used=used, lease_expires_at=expiry)
-            self._extend_claim(expiry)
-            self._used = used
-            if self.head is not None:
-                self.head = replace(self.head, budget_used=dict(used))
-            return dict(used)
+            return self._charged(used, expiry)
+
+    @staticmethod
+    def _add(used: dict[str, Any], deltas: dict[str, float]) -> dict[str, Any]:
+        for key, delta in deltas.items():
+            used[key] = (
+                round(used[key] + delta, 6) if isinstance(delta, float) else (used[key] + delta)
+            )
+        return used
+
+    def _charged(self, used: dict[str, Any], expiry) -> dict[str, Any]:  # noqa: ANN001
+        self._extend_claim(expiry)
+        self._used = used
+        if self.head is not None:
+            self.head = replace(self.head, budget_used=dict(used))
+        return dict(used)
 
     def flush_elapsed(self) -> dict[str, Any]:
         """Charge the wall-clock time since the last flush. Raises LeaseLost."""

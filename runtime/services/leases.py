@@ -34,9 +34,19 @@ class Lease:
 
 
 def lease_acquire(
-    *, tenant: Tenant, run_id: UUID | str, owner: str, ttl_seconds: int, expected_version: int
+    *,
+    tenant: Tenant,
+    run_id: UUID | str,
+    owner: str,
+    ttl_seconds: int,
+    expected_version: int,
+    run: Run | None = None,
 ) -> Lease:
     """Grant or renew the lease to ``owner``. One conditional UPDATE; atomic.
+
+    ``run`` is the run as the caller just read it (a worker reads it to decide whether to
+    lease at all); without it the run is read first. The UPDATE checks the version either
+    way, so a stale ``run`` is refused, never leased.
 
     Raises NotFound, RunNotActive, ConcurrentCheckpointWrite (the version moved) or
     LeaseHeld (another owner's lease has not expired).
@@ -50,7 +60,8 @@ def lease_acquire(
         )
     now = timezone.now()
     expires = now + timedelta(seconds=ttl_seconds)
-    run = run_get(tenant=tenant, run_id=run_id)
+    if run is None or str(run.pk) != str(run_id) or run.tenant_id != tenant.id:
+        run = run_get(tenant=tenant, run_id=run_id)
     free = Q(lease_owner="") | Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now)
     mine = Q(lease_owner=owner)
     base = Run.objects.filter(pk=run.pk, version=expected_version, status__in=ACTIVE_STATUSES)
