@@ -415,3 +415,143 @@ def test_the_rescue_supersedes_a_dead_workers_taken_command_with_one_of_its_own(
     assert unsent.count() == 1
     assert unsent.get().pk != result.outbox_id  # the rescue's own, at the run's version
     assert unsent.get().payload["expected_version"] == result.run_version
+
+
+# A task's whole life on a six-step run. On PostgreSQL: the run read, the lease, the full
+# validated restore of checkpoint 1 (its checkpoint and its operations), the first attempt's
+# charge, six commits, five lean reads and the release. SQLite's commits add their BEGIN,
+# COMMIT and separate writes.
+TASK_STATEMENTS = {"postgresql": 17, "sqlite": 46}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_runs_six_steps_in_a_pinned_number_of_statements(acme, noop_six, settings):
+    from runtime import executor
+
+    settings.CAIRN_DISPATCH_ON_COMMIT = False
+    run = _worker_run(acme)
+    run.refresh_from_db()
+    executor._heartbeat_at = timezone.now().timestamp()  # written at most every 10 s
+    with CaptureQueriesContext(connection) as queries:
+        outcome = executor.run_advance(run_id=run.pk, expected_version=run.version, owner="w")
+    assert outcome == "succeeded"
+    LAST[:] = [q["sql"][:60] for q in queries.captured_queries]
+    assert len(queries) == TASK_STATEMENTS[connection.vendor], LAST
+    run.refresh_from_db()
+    assert run.budget_used["attempts_used"] == 6 and run.lease_owner == ""
+    assert run_verify(tenant=acme, run_id=run.pk)["ok"]
+
+
+def _keeper(tenant, run):  # noqa: ANN001, ANN202
+    lease = lease_acquire(
+        tenant=tenant, run_id=run.pk, owner="w", ttl_seconds=30, expected_version=run.version
+    )
+    run.refresh_from_db()
+    return LeaseKeeper(run=run, owner="w", version=lease.run_version, ttl_seconds=30)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_charge_is_one_statement_when_the_usage_is_the_one_the_worker_wrote(acme, noop_six):
+    run = _worker_run(acme)
+    keeper = _keeper(acme, run)
+    with CaptureQueriesContext(connection) as queries:
+        used = keeper.charge(attempts_used=1, tokens_used=5)
+    assert len(queries) == 1, _writes(queries)
+    run.refresh_from_db()
+    assert run.budget_used == used and used["attempts_used"] == 1 and used["tokens_used"] == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_charge_on_usage_the_worker_did_not_write_adds_to_the_runs_usage(acme, noop_six):
+    run = _worker_run(acme)
+    keeper = _keeper(acme, run)
+    # Usage written behind the keeper's back (as by another writer's commit) is never lost.
+    Run.objects.filter(pk=run.pk).update(
+        budget_used={"attempts_used": 3, "tokens_used": 7, "cost_used": 0, "elapsed_seconds": 0}
+    )
+    used = keeper.charge(attempts_used=1)
+    run.refresh_from_db()
+    assert run.budget_used == used and used["attempts_used"] == 4 and used["tokens_used"] == 7
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_charge_under_a_lost_lease_writes_nothing(acme, noop_six):
+    from runtime.errors import LeaseLost
+
+    run = _worker_run(acme)
+    keeper = _keeper(acme, run)
+    Run.objects.filter(pk=run.pk).update(lease_owner="someone-else")
+    with pytest.raises(LeaseLost):
+        keeper.charge(attempts_used=1)
+    run.refresh_from_db()
+    assert run.budget_used.get("attempts_used", 0) == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_dispatching_a_command_is_a_claim_and_a_mark(acme, noop_six, settings, monkeypatch):
+    settings.CAIRN_DISPATCH_ON_COMMIT = False
+    run = _worker_run(acme)
+    message = OutboxMessage.objects.get(run=run, kind="run.resume")
+    sent = []
+    monkeypatch.setattr(outbox, "_publish", lambda m: sent.append((m.id, m.kind, m.payload)))
+    with CaptureQueriesContext(connection) as queries:
+        assert outbox.outbox_dispatch(message_ids=[message.id]) == 1
+    assert len(queries) == 2, _writes(queries)  # the claim returns what it publishes
+    assert sent == [(message.id, "run.resume", {"run_id": str(run.pk), "expected_version": 1})]
+    message.refresh_from_db()
+    assert message.sent_at is not None and message.attempts == 1
+    assert outbox.outbox_dispatch(message_ids=[message.id]) == 0  # sent: never again
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_broker_failure_leaves_the_command_for_the_sweep(acme, noop_six, settings, monkeypatch):
+    settings.CAIRN_DISPATCH_ON_COMMIT = False
+    run = _worker_run(acme)
+
+    def down(message):  # noqa: ANN001, ANN202
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(outbox, "_publish", down)
+    assert outbox.outbox_dispatch() == 0
+    message = OutboxMessage.objects.get(run=run, kind="run.resume")
+    assert message.sent_at is None and message.claimed_until is None
+    monkeypatch.setattr(outbox, "_publish", lambda m: None)
+    assert outbox.outbox_dispatch() == 1
+
+
+@pytest.mark.postgres
+def test_racing_dispatchers_publish_each_command_once(
+    postgres_only, acme, noop_six, settings, monkeypatch
+):
+    import threading
+
+    from django.db import connections
+
+    settings.CAIRN_DISPATCH_ON_COMMIT = False
+    runs = [_worker_run(acme) for _ in range(30)]
+    published, lock = [], threading.Lock()
+
+    def record(message):  # noqa: ANN001, ANN202
+        with lock:
+            published.append(message.id)
+
+    monkeypatch.setattr(outbox, "_publish", record)
+    start = threading.Barrier(6)
+
+    def dispatcher() -> None:
+        try:
+            start.wait()
+            for _ in range(3):
+                outbox.outbox_dispatch()
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=dispatcher) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(published) == sorted(
+        OutboxMessage.objects.filter(run__in=runs, kind="run.resume").values_list("id", flat=True)
+    )
+    assert len(published) == len(set(published)) == 30
