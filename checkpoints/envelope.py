@@ -238,10 +238,33 @@ _SAFE_INT = 2**53 - 1
 def _inspect(value: Any) -> bool:
     """Walk a JSON value; True when some float must be rewritten as an integer first.
 
-    Raises _SlowPath where the C encoder's output could differ from RFC 8785: a key that is
-    not a string or sorts differently in UTF-16, an integer outside the IEEE 754 safe range,
-    or a float whose ECMAScript form differs from Python's repr.
+    Raises _SlowPath where orjson's output could differ from RFC 8785: a key that is not a
+    string or sorts differently in UTF-16, an integer outside the IEEE 754 safe range, or a
+    float whose ECMAScript form differs from Python's repr.
     """
+    kind = type(value)
+    if kind is dict:
+        for key in value:
+            if type(key) is not str or (not key.isascii() and max(key) > "\uffff"):
+                raise _SlowPath
+        items = value.values()
+    elif kind is list or kind is tuple:
+        items = value
+    else:
+        return _inspect_scalar(value)
+    rewrite = False
+    # Leaves are checked here, not by a call each: most of an envelope is strings.
+    for item in items:
+        kind = type(item)
+        if kind is str or item is None or kind is bool:
+            continue
+        if kind is int and -_SAFE_INT <= item <= _SAFE_INT:
+            continue
+        rewrite = _inspect(item) or rewrite
+    return rewrite
+
+
+def _inspect_scalar(value: Any) -> bool:
     kind = type(value)
     if kind is str or value is None or kind is bool:
         return False
@@ -259,18 +282,6 @@ def _inspect(value: Any) -> bool:
         if 1e-4 <= abs(value) < 1e16:
             return False  # shortest round-trip digits, no exponent: repr and ECMAScript agree
         raise _SlowPath
-    if kind is dict:
-        rewrite = False
-        for key, item in value.items():
-            if type(key) is not str or (not key.isascii() and max(key) > "\uffff"):
-                raise _SlowPath
-            rewrite = _inspect(item) or rewrite
-        return rewrite
-    if kind is list or kind is tuple:
-        rewrite = False
-        for item in value:
-            rewrite = _inspect(item) or rewrite
-        return rewrite
     raise _SlowPath
 
 
