@@ -475,6 +475,7 @@ class _Advance:
                 continues=True,
                 consumed_outbox_id=self.keeper.taken_outbox_id,
                 charge_next_attempt=charge_next,
+                release_lease=True,  # only where the run stops here (the task ends)
             )
         except (ConcurrentCheckpointWrite, LeaseHeld, RunNotActive) as exc:
             raise LeaseLost(exc.detail)

@@ -64,6 +64,7 @@ class LeaseKeeper:
         # The run.resume of this worker's last commit, which it executes itself: claimed,
         # not published; marked sent by the next commit or on release.
         self.taken_outbox_id: int | None = None
+        self.released = False  # by a commit (``release_lease``): nothing left to release
 
     def _guard(self):  # noqa: ANN202
         # Holding the lease means: this owner, at this version, on a run still active. An
@@ -162,6 +163,9 @@ class LeaseKeeper:
             self._used = used_merge(used, head.budget_used if head is not None else None)
             self._mark = time.monotonic()
             self.head = head
+            if head is not None and head.lease_owner != self.owner:
+                self.released = True
+                self._renewing = False
 
     def restart_clock(self) -> None:
         self._mark = time.monotonic()
@@ -217,6 +221,8 @@ class LeaseKeeper:
                 sent_at=timezone.now()
             )
             self.taken_outbox_id = None
+        if self.released:
+            return  # the task's last commit released it in its own statement
         try:
             lease_release(tenant=self.tenant, run_id=self.run_id, owner=self.owner)
         except Exception:

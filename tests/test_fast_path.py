@@ -419,9 +419,9 @@ def test_the_rescue_supersedes_a_dead_workers_taken_command_with_one_of_its_own(
 
 # A task's whole life on a six-step run. On PostgreSQL: the run read, the lease, the full
 # validated restore of checkpoint 1 (its checkpoint and its operations), the first attempt's
-# charge, six commits, five lean reads and the release. SQLite's commits add their BEGIN,
-# COMMIT and separate writes.
-TASK_STATEMENTS = {"postgresql": 17, "sqlite": 46}
+# charge, six commits (the last also releases the lease) and five lean reads. SQLite's
+# commits add their BEGIN, COMMIT and separate writes.
+TASK_STATEMENTS = {"postgresql": 16, "sqlite": 45}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -555,3 +555,57 @@ def test_racing_dispatchers_publish_each_command_once(
         OutboxMessage.objects.filter(run__in=runs, kind="run.resume").values_list("id", flat=True)
     )
     assert len(published) == len(set(published)) == 30
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_commit_that_stops_the_run_releases_the_writers_lease_and_no_one_elses(acme, workflow):
+    run = _external_run(acme)
+    lease_acquire(tenant=acme, run_id=run.pk, owner="w", ttl_seconds=30, expected_version=1)
+    kept = checkpoint_commit(
+        tenant=acme,
+        run_id=run.pk,
+        expected_version=1,
+        state="collect_sources",
+        envelope=GROUPS,
+        actor=ACTOR,
+        lease_owner="w",
+        release_lease=True,
+    )
+    run.refresh_from_db()
+    assert run.lease_owner == "w" and kept.head.lease_owner == "w"  # still running: kept
+    # Another owner's lapsed lease is not this writer's to release.
+    Run.objects.filter(pk=run.pk).update(
+        lease_owner="other", lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    ended = checkpoint_commit(
+        tenant=acme,
+        run_id=run.pk,
+        expected_version=kept.run_version,
+        state="collect_sources",
+        envelope=GROUPS,
+        actor=ACTOR,
+        status=RunStatus.FAILED,
+        status_reason="gave up",
+        lease_owner="w",
+        release_lease=True,
+    )
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED and run.lease_owner == "other"
+    assert ended.head.lease_owner == "other"
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, lease_owner="w")
+    run.refresh_from_db()
+    ended = checkpoint_commit(
+        tenant=acme,
+        run_id=run.pk,
+        expected_version=run.version,
+        state="collect_sources",
+        envelope=GROUPS,
+        actor=ACTOR,
+        status=RunStatus.FAILED,
+        status_reason="gave up",
+        lease_owner="w",
+        release_lease=True,
+    )
+    run.refresh_from_db()
+    assert run.lease_owner == "" and run.lease_expires_at is None
+    assert ended.head.lease_owner == "" and ended.head.lease_expires_at is None

@@ -294,6 +294,7 @@ def checkpoint_commit(
     consumed_outbox_id: int | None = None,
     charge_next_attempt: bool = False,
     answers_interrupt: bool = False,
+    release_lease: bool = False,
 ) -> CommitResult:
     """Commit the run's next checkpoint. All or nothing: on PostgreSQL one statement (one
     round trip outside a transaction), on SQLite one transaction (``commit_sql``).
@@ -321,6 +322,9 @@ def checkpoint_commit(
     previous such command sent in the same statement; ``charge_next_attempt`` charges the
     attempt of the step it runs next to the run's usage (not to this checkpoint) and
     renews the lease, so that step needs no write of its own before it runs.
+    ``release_lease`` releases the writer's lease in the same statement when the commit
+    leaves the run anywhere but ``running`` or ``waiting_approval`` (its task ends there),
+    so the task's end needs no write of its own either.
 
     Raises NotFound, RunNotActive, ConcurrentCheckpointWrite (expected_version is not the
     run's version), LeaseHeld (another owner holds an unexpired lease), IllegalTransition,
@@ -351,6 +355,7 @@ def checkpoint_commit(
         consumed_outbox_id=consumed_outbox_id,
         charge_next_attempt=charge_next_attempt,
         answers_interrupt=answers_interrupt,
+        release_lease=release_lease,
     )
     known = head if head is not None and str(head.id) == str(run_id) else None
     if known is not None and known.tenant_id != tenant.id:
@@ -395,6 +400,7 @@ def checkpoint_commit(
             "status": write.status,
         },
     )
+    released = write.lease_release and current.lease_owner == lease_owner
     return CommitResult(
         checkpoint_id=write.checkpoint_id,
         sequence=write.sequence,
@@ -410,7 +416,10 @@ def checkpoint_commit(
             checkpoint_sequence=write.sequence,
             latest_checkpoint_id=write.checkpoint_id,
             latest_checkpoint_sha256=write.sha256,
-            lease_expires_at=write.lease_until
+            lease_owner="" if released else current.lease_owner,
+            lease_expires_at=None
+            if released
+            else write.lease_until
             if write.lease_until is not None and current.lease_owner == lease_owner
             else current.lease_expires_at,
             budget_used=write.budget_used,
@@ -439,6 +448,7 @@ class _CommitRequest:
     consumed_outbox_id: int | None
     charge_next_attempt: bool
     answers_interrupt: bool = False
+    release_lease: bool = False
     outbox_dispatch: bool = False
     # Set by the plan when the commit leaves an approval state under an approved request.
     approval_use: ApprovalUse | None = None
@@ -568,6 +578,11 @@ def _commit_plan(
         budget_used=used,
         lease_owner=request.lease_owner,
         lease_until=lease_until,
+        lease_release=bool(
+            request.release_lease
+            and request.lease_owner
+            and new_status not in (RunStatus.RUNNING, RunStatus.WAITING_APPROVAL)
+        ),
         schema_version=full["schema_version"],
         envelope_sealed=canonical_seal(
             tenant_id=run.tenant_id, checkpoint_id=checkpoint_id, canonical=prepared.canonical

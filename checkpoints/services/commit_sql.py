@@ -118,6 +118,7 @@ class CommitWrite:
     budget_used: dict[str, Any]
     lease_owner: str | None
     lease_until: datetime | None  # renew the lease to this (only the owner's)
+    lease_release: bool  # the writer's last commit of its task: its lease ends with it
     schema_version: int
     envelope_sealed: str
     key_id: str
@@ -169,7 +170,11 @@ WITH moved AS (
         status_reason = %(status_reason)s::text,
         next_eligible_at = %(next_eligible_at)s::timestamptz,
         budget_used = %(budget_used)s::jsonb,
+        lease_owner = CASE
+            WHEN %(lease_release)s::boolean AND lease_owner = %(lease_owner)s::text
+            THEN '' ELSE lease_owner END,
         lease_expires_at = CASE
+            WHEN %(lease_release)s::boolean AND lease_owner = %(lease_owner)s::text THEN NULL
             WHEN %(lease_until)s::timestamptz IS NOT NULL AND lease_owner = %(lease_owner)s::text
             THEN %(lease_until)s::timestamptz ELSE lease_expires_at END,
         updated_at = %(now)s::timestamptz
@@ -263,6 +268,7 @@ def _pg_params(write: CommitWrite) -> dict[str, Any]:
         "budget_used": _json(write.budget_used),
         "lease_owner": write.lease_owner,
         "lease_until": write.lease_until,
+        "lease_release": write.lease_release,
         "schema_version": write.schema_version,
         "envelope_sealed": write.envelope_sealed,
         "key_id": write.key_id,
@@ -284,7 +290,9 @@ _SQLITE_MOVE = f"""
 UPDATE {RUN} SET version = version + 1, checkpoint_sequence = %s, latest_checkpoint_id = %s,
     latest_checkpoint_sha256 = %s, state = %s, step = %s, status = %s, status_reason = %s,
     next_eligible_at = %s, budget_used = %s,
-    lease_expires_at = CASE WHEN %s IS NOT NULL AND lease_owner = %s THEN %s
+    lease_owner = CASE WHEN %s AND lease_owner = %s THEN '' ELSE lease_owner END,
+    lease_expires_at = CASE WHEN %s AND lease_owner = %s THEN NULL
+                            WHEN %s IS NOT NULL AND lease_owner = %s THEN %s
                             ELSE lease_expires_at END,
     updated_at = %s
  WHERE id = %s AND tenant_id = %s AND version = %s AND status = %s
@@ -330,6 +338,10 @@ def _sqlite_commit(write: CommitWrite) -> int | None:
                 write.status_reason,
                 t(write.next_eligible_at),
                 _json(write.budget_used),
+                write.lease_release,
+                write.lease_owner,
+                write.lease_release,
+                write.lease_owner,
                 t(write.lease_until),
                 write.lease_owner,
                 t(write.lease_until),
