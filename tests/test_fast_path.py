@@ -609,3 +609,26 @@ def test_a_commit_that_stops_the_run_releases_the_writers_lease_and_no_one_elses
     run.refresh_from_db()
     assert run.lease_owner == "" and run.lease_expires_at is None
     assert ended.head.lease_owner == "" and ended.head.lease_expires_at is None
+
+
+# A worker run's start: the workflow's row, then BEGIN, three inserts (the run already
+# pointing at its checkpoint 1, the checkpoint, the first command) and COMMIT.
+RUN_CREATE_STATEMENTS = {"postgresql": 6, "sqlite": 6}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_starts_in_a_pinned_number_of_statements(acme, noop_six, settings):
+    settings.CAIRN_DISPATCH_ON_COMMIT = False
+    _worker_run(acme)  # the workflow's registration for this tenant, once
+    with CaptureQueriesContext(connection) as queries:
+        run = _worker_run(acme)
+    LAST[:] = [q["sql"][:60] for q in queries.captured_queries]
+    assert len(queries) == RUN_CREATE_STATEMENTS[connection.vendor], LAST
+    run.refresh_from_db()
+    checkpoint = Checkpoint.objects.get(run=run)
+    assert (run.latest_checkpoint_id, run.latest_checkpoint_sha256) == (
+        checkpoint.id,
+        checkpoint.sha256,
+    )
+    assert run.budget_used["attempts_used"] == 0
+    assert run_verify(tenant=acme, run_id=run.pk)["ok"]

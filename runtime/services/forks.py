@@ -259,7 +259,7 @@ def run_fork(
         version_check(source, expected_version)
         plan = _fork_plan(source, from_sequence, inputs_patch)
         checkpoint, envelope, warnings = plan.checkpoint, plan.envelope, plan.warnings
-        run = Run.objects.create(
+        run = Run(
             tenant=tenant,
             workflow=source.workflow,
             workflow_type=source.workflow_type,

@@ -141,7 +141,7 @@ def run_create(
     definition = workflow.definition
     initial = definition["initial"]
     with transaction.atomic():
-        run = Run.objects.create(
+        run = Run(
             tenant=tenant,
             workflow=workflow,
             workflow_type=workflow.workflow_type,
@@ -172,8 +172,9 @@ def genesis(
     groups: dict[str, Any] | None = None,
     parent: tuple[uuid.UUID | None, str] = (None, ""),
 ) -> None:
-    """Write checkpoint 1 of a new run and point the run at it (inside the caller's
-    transaction). A fork passes the source checkpoint as ``parent`` and its groups."""
+    """Insert a new run (built, not yet saved) with its checkpoint 1, the run already
+    pointing at it (inside the caller's transaction): two inserts. A fork passes the source
+    checkpoint as ``parent`` and its groups."""
     checkpoint_id = uuid.uuid4()
     envelope = checkpoint_build(
         run=run,
@@ -184,23 +185,16 @@ def genesis(
         step=run.step,
         groups={**(groups or {}), "inputs": inputs_group},
     )
-    checkpoint = checkpoint_insert(
-        run=run,
-        checkpoint_id=checkpoint_id,
-        prepared=envelope_prepare(envelope),
-        actor=actor,
-        is_evidence=True,
-    )
-    run.latest_checkpoint_id = checkpoint.id
-    run.latest_checkpoint_sha256 = checkpoint.sha256
+    prepared = envelope_prepare(envelope)
+    run.latest_checkpoint_id = checkpoint_id
+    run.latest_checkpoint_sha256 = prepared.sha256
     run.budget_used = {
         k: envelope["budgets"][k]
         for k in ("attempts_used", "tokens_used", "cost_used", "elapsed_seconds")
     }
-    Run.objects.filter(pk=run.pk).update(
-        latest_checkpoint_id=checkpoint.id,
-        latest_checkpoint_sha256=checkpoint.sha256,
-        budget_used=run.budget_used,
+    run.save(force_insert=True)
+    checkpoint_insert(
+        run=run, checkpoint_id=checkpoint_id, prepared=prepared, actor=actor, is_evidence=True
     )
     transition_log(
         event="run started",
