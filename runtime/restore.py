@@ -91,6 +91,8 @@ def _check_chain(run: Run, checkpoint: Checkpoint, stored: dict[str, Any]) -> st
 
 def _check_artifacts(run: Run, envelope: dict[str, Any]) -> str | None:
     refs = (envelope.get("evidence") or {}).get("artifacts") or []
+    if not refs:
+        return None
     stored = {
         str(a.pk): a
         for a in Artifact.objects.filter(tenant_id=run.tenant_id, pk__in={r["id"] for r in refs})
@@ -161,9 +163,11 @@ def _check_secrets(code: Workflow) -> str | None:
 
 def _restore(run: Run, code: Workflow | None) -> Restored | Halt:
     # 2. The latest accepted checkpoint, as the run's head names it.
-    checkpoint = Checkpoint.objects.filter(run=run, sequence=run.checkpoint_sequence).first()
-    if checkpoint is None:
+    # (run, sequence) is unique: no ORDER BY for .first() to add.
+    found = list(Checkpoint.objects.filter(run=run, sequence=run.checkpoint_sequence)[:1])
+    if not found:
         return _pause(f"the run's latest checkpoint {run.checkpoint_sequence} is missing")
+    checkpoint = found[0]
     if (
         str(checkpoint.pk) != str(run.latest_checkpoint_id)
         or checkpoint.sha256 != run.latest_checkpoint_sha256

@@ -21,7 +21,7 @@ from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
@@ -271,6 +271,21 @@ def operation_get(*, tenant: Tenant, run_id: UUID | str, idempotency_key: str) -
 def operations_for_run(*, tenant: Tenant, run_id: UUID | str) -> QuerySet[ExternalOperation]:
     run = run_get(tenant=tenant, run_id=run_id)
     return ExternalOperation.objects.filter(tenant=tenant, run=run).order_by("created_at", "id")
+
+
+_OPEN_EXIST = (
+    f"SELECT 1 FROM {ExternalOperation._meta.db_table} WHERE run_id = %s AND status IN (%s, %s)"
+    " LIMIT 1"
+)
+
+
+def operations_open_exist(*, run_id: UUID) -> bool:
+    """Whether the run has an operation whose outcome is not known yet. One plain statement:
+    every take-over asks, and most runs have none (building the ORM query cost more)."""
+    run_key = Run._meta.pk.get_db_prep_value(run_id, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(_OPEN_EXIST, [run_key, *sorted(OPEN_STATUSES)])
+        return cursor.fetchone() is not None
 
 
 def operations_open(*, run: Run) -> QuerySet[ExternalOperation]:

@@ -32,6 +32,7 @@ from runtime.services.operations import (
     operation_mark_unknown,
     operation_note,
     operations_open,
+    operations_open_exist,
 )
 from tenants.services import Actor
 
@@ -141,6 +142,8 @@ def run_reconcile(*, run: Run, actor: Actor) -> ReconcileReport:
     retry later (``retry_reason``), or go on. A run with nothing open is not touched.
     """
     report = ReconcileReport()
+    if not operations_open_exist(run_id=run.pk):
+        return report
     open_operations = list(operations_open(run=run))
     if not open_operations:
         return report
