@@ -119,7 +119,9 @@ def run_advance(
     Never raises for a domain condition; every write it makes is a service transaction.
     """
     owner = owner or worker_identity()
-    run = Run.objects.select_related("workflow", "tenant").filter(pk=run_id).first()
+    # By primary key: no ORDER BY for .first() to add.
+    found = list(Run.objects.select_related("workflow", "tenant").filter(pk=run_id)[:1])
+    run = found[0] if found else None
     if run is None:
         log.info("command for a missing run ignored", extra={"run": str(run_id)})
         return "missing"
