@@ -557,55 +557,39 @@ def test_racing_dispatchers_publish_each_command_once(
     assert len(published) == len(set(published)) == 30
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_commit_that_stops_the_run_releases_the_writers_lease_and_no_one_elses(acme, workflow):
-    run = _external_run(acme)
-    lease_acquire(tenant=acme, run_id=run.pk, owner="w", ttl_seconds=30, expected_version=1)
-    kept = checkpoint_commit(
-        tenant=acme,
+def _commit_releasing(tenant, run, version, **fields):  # noqa: ANN001, ANN003, ANN202
+    return checkpoint_commit(
+        tenant=tenant,
         run_id=run.pk,
-        expected_version=1,
+        expected_version=version,
         state="collect_sources",
         envelope=GROUPS,
         actor=ACTOR,
         lease_owner="w",
         release_lease=True,
+        **fields,
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_commit_that_stops_the_run_releases_the_writers_lease_and_no_one_elses(acme, workflow):
+    run = _external_run(acme)
+    lease_acquire(tenant=acme, run_id=run.pk, owner="w", ttl_seconds=30, expected_version=1)
+    kept = _commit_releasing(acme, run, 1)
     run.refresh_from_db()
     assert run.lease_owner == "w" and kept.head.lease_owner == "w"  # still running: kept
     # Another owner's lapsed lease is not this writer's to release.
     Run.objects.filter(pk=run.pk).update(
         lease_owner="other", lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
-    ended = checkpoint_commit(
-        tenant=acme,
-        run_id=run.pk,
-        expected_version=kept.run_version,
-        state="collect_sources",
-        envelope=GROUPS,
-        actor=ACTOR,
-        status=RunStatus.FAILED,
-        status_reason="gave up",
-        lease_owner="w",
-        release_lease=True,
-    )
+    failing = {"status": RunStatus.FAILED, "status_reason": "gave up"}
+    ended = _commit_releasing(acme, run, kept.run_version, **failing)
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED and run.lease_owner == "other"
     assert ended.head.lease_owner == "other"
     Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, lease_owner="w")
     run.refresh_from_db()
-    ended = checkpoint_commit(
-        tenant=acme,
-        run_id=run.pk,
-        expected_version=run.version,
-        state="collect_sources",
-        envelope=GROUPS,
-        actor=ACTOR,
-        status=RunStatus.FAILED,
-        status_reason="gave up",
-        lease_owner="w",
-        release_lease=True,
-    )
+    ended = _commit_releasing(acme, run, run.version, **failing)
     run.refresh_from_db()
     assert run.lease_owner == "" and run.lease_expires_at is None
     assert ended.head.lease_owner == "" and ended.head.lease_expires_at is None
