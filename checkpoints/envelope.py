@@ -11,11 +11,12 @@ import copy
 import hashlib
 import json
 import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
-import ahocorasick_rs
 import fastjsonschema
+import hyperscan
 import jsonschema
 import orjson
 import rfc8785
@@ -435,10 +436,41 @@ _TRIGGERS: dict[str, tuple[str, ...]] = {
     "Cairn API token": ("cairn_",),
 }
 _KEY_WORDS = ("pass", "pwd", "secret", "key", "token", "authorization", "cookie")
-# Every trigger and key word, found in one pass over the text (Aho-Corasick): searching
-# for each of them in turn walked a 50 KB envelope thirty times (docs/performance.md).
-_TRIGGER_WORDS = tuple(sorted({t for ts in _TRIGGERS.values() for t in ts} | set(_KEY_WORDS)))
-_TRIGGER_SEARCH = ahocorasick_rs.BytesAhoCorasick([t.encode("ascii") for t in _TRIGGER_WORDS])
+
+
+class _TriggerSearch:
+    """Every trigger and key word, found in one pass over a text, ASCII case-insensitively
+    (Hyperscan): searching for each in turn walked a 50 KB envelope thirty times
+    (docs/performance.md). A compiled database is shared; each thread scans with a scratch
+    space of its own, as Hyperscan requires."""
+
+    def __init__(self, words: tuple[str, ...]) -> None:
+        self.words = words
+        self.database = hyperscan.Database()
+        self.database.compile(
+            expressions=[re.escape(word).encode("ascii") for word in words],
+            ids=list(range(len(words))),
+            elements=len(words),
+            flags=[hyperscan.HS_FLAG_CASELESS | hyperscan.HS_FLAG_SINGLEMATCH] * len(words),
+        )
+        self._local = threading.local()
+
+    def found(self, data: bytes) -> set[str]:
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = hyperscan.Scratch(self.database)
+        hits: set[str] = set()
+
+        def on_match(index: int, _start: int, _end: int, _flags: int, _context: object) -> None:
+            hits.add(self.words[index])
+
+        self.database.scan(data, match_event_handler=on_match, scratch=scratch)
+        return hits
+
+
+_TRIGGER_SEARCH = _TriggerSearch(
+    tuple(sorted({t for ts in _TRIGGERS.values() for t in ts} | set(_KEY_WORDS)))
+)
 # A credential-named key with a non-reference string value, as it appears in JSON text.
 _SECRET_KEY_IN_JSON = re.compile(
     r'"(?i:'
@@ -460,17 +492,12 @@ def _triggered(text: str) -> tuple[list[re.Pattern[str]], bool]:
     """The patterns whose literal triggers occur in ``text`` (and those without triggers),
     and whether a credential key word does. Case-insensitive, in one pass."""
     if text.isascii():
-        lowered = text.encode("ascii").lower()
+        data = text.encode("ascii")
     else:
         # str.lower folds a few non-ASCII letters to ASCII ones (the Kelvin sign to k), as
-        # the patterns' IGNORECASE matching does; bytes.lower would not.
-        lowered = text.lower().encode("utf-8", "surrogatepass")
-    found = {
-        _TRIGGER_WORDS[index]
-        for index, _start, _end in _TRIGGER_SEARCH.find_matches_as_indexes(
-            lowered, overlapping=True
-        )
-    }
+        # the patterns' IGNORECASE matching does; an ASCII-caseless search would not.
+        data = text.lower().encode("utf-8", "surrogatepass")
+    found = _TRIGGER_SEARCH.found(data)
     patterns = [
         pattern
         for what, pattern in _SECRET_PATTERNS

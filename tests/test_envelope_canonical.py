@@ -111,3 +111,34 @@ def test_json_bytes_say_what_the_standard_encoder_says(value):
     ours = json_bytes(value)
     assert json.loads(ours) == json.loads(standard)
     assert abs(len(ours) - len(standard.encode("utf-8", "surrogatepass"))) <= standard.count("e")
+
+
+def test_the_scan_gives_each_thread_its_own_answer():
+    # The web server scans in threads; the trigger search's scratch space is per thread.
+    import threading
+
+    clean = {"notes": ["a plain sentence about keys and tokens " * 200]}
+    dirty = {"notes": ["a plain sentence " * 200, "sk-abcdefghijklmnopqrstuvwxyz"]}
+    wrong = []
+    start = threading.Barrier(8)
+
+    def scan(value, expected) -> None:  # noqa: ANN001
+        start.wait()
+        for _ in range(300):
+            try:
+                if find_secret(value) != expected:
+                    wrong.append(value)
+            except Exception as exc:  # noqa: BLE001 - a thread's failure is the finding
+                wrong.append(exc)
+
+    expected_dirty = ("envelope.notes.1", "OpenAI-style API key")
+    threads = [
+        threading.Thread(target=scan, args=(dirty, expected_dirty) if i % 2 else (clean, None))
+        for i in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert find_secret(dirty) == expected_dirty and find_secret(clean) is None
+    assert wrong == []
