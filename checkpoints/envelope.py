@@ -488,15 +488,13 @@ _WHITESPACE_ESCAPES = (
 )
 
 
-def _triggered(text: str) -> tuple[list[re.Pattern[str]], bool]:
-    """The patterns whose literal triggers occur in ``text`` (and those without triggers),
-    and whether a credential key word does. Case-insensitive, in one pass."""
-    if text.isascii():
-        data = text.encode("ascii")
-    else:
+def _triggered(data: bytes) -> tuple[list[re.Pattern[str]], bool]:
+    """The patterns whose literal triggers occur in the JSON text ``data`` (and those without
+    triggers), and whether a credential key word does. Case-insensitive, in one pass."""
+    if not data.isascii():
         # str.lower folds a few non-ASCII letters to ASCII ones (the Kelvin sign to k), as
         # the patterns' IGNORECASE matching does; an ASCII-caseless search would not.
-        data = text.lower().encode("utf-8", "surrogatepass")
+        data = data.decode("utf-8", "surrogatepass").lower().encode("utf-8", "surrogatepass")
     found = _TRIGGER_SEARCH.found(data)
     patterns = [
         pattern
@@ -507,25 +505,25 @@ def _triggered(text: str) -> tuple[list[re.Pattern[str]], bool]:
 
 
 def find_secret(
-    value: Any, path: str = "envelope", *, text: str | None = None
+    value: Any, path: str = "envelope", *, text: bytes | None = None
 ) -> tuple[str, str] | None:
     """Return (path, what) of the first value that looks like a credential, else None.
 
     A scan of the value's JSON text decides the common case (no credential); only a hit
     pays for the walk that names the path. A property test holds the two equal. A caller
-    that already has the value's JSON text (``json_bytes``) passes it as ``text``.
+    that already has the value's JSON (``json_bytes``) passes it as ``text``.
     """
-    if text is None:
-        text = json_bytes(value).decode("utf-8", "surrogatepass")
-    patterns, key_word = _triggered(text)
+    data = json_bytes(value) if text is None else text
+    patterns, key_word = _triggered(data)
     if not patterns and not key_word:
         return None
     # Triggers hold no whitespace, so every trigger in the unescaped text is in the escaped
-    # one: unescaping only where a trigger hit loses nothing.
-    for escaped, plain in _WHITESPACE_ESCAPES:
-        text = text.replace(escaped, plain)
-    suspicious = any(pattern.search(text) for pattern in patterns) or (
-        key_word and _SECRET_KEY_IN_JSON.search(text)
+    # one: decoding and unescaping only where a trigger hit loses nothing.
+    plain = data.decode("utf-8", "surrogatepass")
+    for escaped, unescaped in _WHITESPACE_ESCAPES:
+        plain = plain.replace(escaped, unescaped)
+    suspicious = any(pattern.search(plain) for pattern in patterns) or (
+        key_word and _SECRET_KEY_IN_JSON.search(plain)
     )
     return _find_secret_path(value, path) if suspicious else None
 

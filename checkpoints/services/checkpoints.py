@@ -134,7 +134,7 @@ def _check_client_groups(groups: dict[str, Any]) -> None:
             f"The envelope is {size} bytes; the limit is {settings.CAIRN_MAX_ENVELOPE_BYTES}. "
             "Store large content as an artifact and reference it by id and sha256."
         )
-    found = env.find_secret(groups, text=text.decode("utf-8", "surrogatepass"))
+    found = env.find_secret(groups, text=text)
     if found:
         path, what = found
         raise SecretInEnvelope(
