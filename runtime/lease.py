@@ -64,7 +64,6 @@ class LeaseKeeper:
         # The run.resume of this worker's last commit, which it executes itself: claimed,
         # not published; marked sent by the next commit or on release.
         self.taken_outbox_id: int | None = None
-        self.released = False  # by a commit (``release_lease``): nothing left to release
 
     def _guard(self):  # noqa: ANN202
         # Holding the lease means: this owner, at this version, on a run still active. An
@@ -163,9 +162,12 @@ class LeaseKeeper:
             self._used = used_merge(used, head.budget_used if head is not None else None)
             self._mark = time.monotonic()
             self.head = head
-            if head is not None and head.lease_owner != self.owner:
-                self.released = True
-                self._renewing = False
+
+    @property
+    def released(self) -> bool:
+        """Whether this worker's last commit released the lease (``release_lease``): the
+        run as that commit left it names no longer this owner."""
+        return self.head is not None and self.head.lease_owner != self.owner
 
     def restart_clock(self) -> None:
         self._mark = time.monotonic()
