@@ -119,10 +119,9 @@ def run_advance(
     Never raises for a domain condition; every write it makes is a service transaction.
     """
     owner = owner or worker_identity()
-    # By primary key: no ORDER BY for .first() to add.
-    found = list(Run.objects.select_related("workflow", "tenant").filter(pk=run_id)[:1])
-    run = found[0] if found else None
-    if run is None:
+    try:  # get(), not first(): no ORDER BY to build for a primary key
+        run = Run.objects.select_related("workflow", "tenant").get(pk=run_id)
+    except Run.DoesNotExist:
         log.info("command for a missing run ignored", extra={"run": str(run_id)})
         return "missing"
     if run.version != expected_version:

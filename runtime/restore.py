@@ -163,11 +163,10 @@ def _check_secrets(code: Workflow) -> str | None:
 
 def _restore(run: Run, code: Workflow | None) -> Restored | Halt:
     # 2. The latest accepted checkpoint, as the run's head names it.
-    # (run, sequence) is unique: no ORDER BY for .first() to add.
-    found = list(Checkpoint.objects.filter(run=run, sequence=run.checkpoint_sequence)[:1])
-    if not found:
+    try:  # (run, sequence) is unique: get(), with no ORDER BY to build
+        checkpoint = Checkpoint.objects.get(run=run, sequence=run.checkpoint_sequence)
+    except Checkpoint.DoesNotExist:
         return _pause(f"the run's latest checkpoint {run.checkpoint_sequence} is missing")
-    checkpoint = found[0]
     if (
         str(checkpoint.pk) != str(run.latest_checkpoint_id)
         or checkpoint.sha256 != run.latest_checkpoint_sha256
