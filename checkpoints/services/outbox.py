@@ -65,28 +65,43 @@ def _publish(message: OutboxMessage) -> None:
 
 
 _OUTBOX = OutboxMessage._meta.db_table
+# Due: unsent, available, and not claimed by a live dispatcher (two timestamp parameters).
+_DUE = (
+    "sent_at IS NULL AND (available_at IS NULL OR available_at <= %s)"
+    " AND (claimed_until IS NULL OR claimed_until < %s)"
+)
 # The claim: one conditional UPDATE that also returns what to publish, so a dispatcher
-# neither reads the message first nor can claim one another dispatcher holds.
+# neither reads the message first nor can claim one another dispatcher holds. ``which`` is
+# the caller's ids, or the sweep's oldest due ones.
 _CLAIM = f"""
 UPDATE {_OUTBOX} SET claimed_until = %s, attempts = attempts + 1
- WHERE id IN ({{ids}}) AND sent_at IS NULL
-   AND (available_at IS NULL OR available_at <= %s)
-   AND (claimed_until IS NULL OR claimed_until < %s)
+ WHERE id IN ({{which}}) AND {_DUE}
 RETURNING id, kind, payload
 """
+_SWEEP = f"SELECT id FROM {_OUTBOX} WHERE {_DUE} ORDER BY id LIMIT %s"
 _SENT = f"UPDATE {_OUTBOX} SET sent_at = %s WHERE id = %s"
 _UNCLAIM = f"UPDATE {_OUTBOX} SET claimed_until = NULL WHERE id = %s"
 
 
-def _claim(ids: list[int], *, now: datetime, until: datetime) -> list[OutboxMessage]:
-    """Claim the due, unsent, unclaimed messages among ``ids``: one statement."""
-    if not ids:
-        return []
-    adapt = connection.ops.adapt_datetimefield_value
-    sql = _CLAIM.format(ids=", ".join(["%s"] * len(ids)))
+def _claim(
+    message_ids: list[int] | None, *, limit: int, now: datetime, until: datetime
+) -> list[OutboxMessage]:
+    """Claim the due messages among ``message_ids`` (all due ones, oldest first, when None),
+    at most ``limit``: one statement."""
+    at = connection.ops.adapt_datetimefield_value(now)
+    if message_ids is None:
+        which, which_params = _SWEEP, [at, at, limit]
+    else:
+        which_params = message_ids[:limit]
+        which = ", ".join(["%s"] * len(which_params))
+        if not which_params:
+            return []
+    sql = _CLAIM.format(which=which)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [adapt(until), *ids, adapt(now), adapt(now)])
+        params = [connection.ops.adapt_datetimefield_value(until), *which_params, at, at]
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
+    # PostgreSQL's driver decodes jsonb; SQLite returns the text.
     return [
         OutboxMessage(
             id=pk,
@@ -111,20 +126,10 @@ def outbox_dispatch(*, message_ids: Iterable[int] | None = None, limit: int = 20
     leaves a claim that expires, and the message is published again (at least once).
     """
     now = timezone.now()
-    if message_ids is None:
-        due = (
-            Q(sent_at__isnull=True)
-            & (Q(available_at__isnull=True) | Q(available_at__lte=now))
-            & (Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
-        )
-        ids = list(
-            OutboxMessage.objects.filter(due).order_by("id").values_list("id", flat=True)[:limit]
-        )
-    else:
-        ids = list(message_ids)[:limit]
     claim_until = now + timedelta(seconds=settings.CAIRN_OUTBOX_CLAIM_SECONDS)
+    ids = None if message_ids is None else list(message_ids)
     published = 0
-    for message in _claim(ids, now=now, until=claim_until):
+    for message in _claim(ids, limit=limit, now=now, until=claim_until):
         try:
             _publish(message)
         except Exception:
