@@ -3,6 +3,7 @@ signed webhook. Thin views over ``runtime.services.runner`` and ``.webhooks``.""
 
 from __future__ import annotations
 
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -13,7 +14,14 @@ from api.views import CairnAPIView, _errors
 from cairn.errors import InvalidRequest
 from checkpoints.models import RunnerWebhook
 from runtime.services.runner import MAX_WAIT_SECONDS, run_wait_next
-from runtime.services.webhooks import webhook_remove, webhook_set
+from runtime.services.webhooks import (
+    DEFAULT_OVERLAP_SECONDS,
+    MAX_OVERLAP_SECONDS,
+    WebhookChange,
+    webhook_remove,
+    webhook_secret_rotate,
+    webhook_set,
+)
 from tenants import roles
 
 
@@ -55,13 +63,45 @@ class RunNextView(CairnAPIView):
 
 class WebhookInSerializer(StrictSerializer):
     url = serializers.CharField(max_length=500)
-    secret_ref = serializers.CharField(max_length=200)
+    secret_ref = serializers.CharField(max_length=200, required=False)
 
 
-class WebhookSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = RunnerWebhook
-        fields = ["url", "secret_ref", "updated_at"]
+class WebhookRotateSerializer(StrictSerializer):
+    overlap_seconds = serializers.IntegerField(
+        min_value=0, max_value=MAX_OVERLAP_SECONDS, required=False, default=DEFAULT_OVERLAP_SECONDS
+    )
+
+
+class WebhookSerializer(serializers.Serializer):
+    """The webhook; every field null when none is set. ``secret`` is the signing secret
+    Cairn just generated, shown in this one answer only (null otherwise)."""
+
+    url = serializers.CharField(allow_null=True)
+    signing = serializers.ChoiceField(choices=["generated", "reference"], allow_null=True)
+    secret_ref = serializers.CharField(allow_null=True)
+    secret = serializers.CharField(allow_null=True)
+    secret_created_at = serializers.DateTimeField(allow_null=True)
+    previous_secret_expires_at = serializers.DateTimeField(allow_null=True)
+    updated_at = serializers.DateTimeField(allow_null=True)
+
+
+def _webhook_data(change: WebhookChange | None) -> dict:
+    webhook = change.webhook if change is not None else None
+    if webhook is None:
+        return dict.fromkeys(WebhookSerializer().fields)
+    now = timezone.now()
+    overlap = webhook.previous_secret_expires_at
+    return WebhookSerializer(
+        {
+            "url": webhook.url,
+            "signing": "reference" if webhook.secret_ref else "generated",
+            "secret_ref": webhook.secret_ref or None,
+            "secret": change.secret,
+            "secret_created_at": webhook.secret_created_at,
+            "previous_secret_expires_at": overlap if overlap and overlap > now else None,
+            "updated_at": webhook.updated_at,
+        }
+    ).data
 
 
 class WebhookView(CairnAPIView):
@@ -72,21 +112,39 @@ class WebhookView(CairnAPIView):
     )
     def get(self, request: Request) -> Response:
         webhook = RunnerWebhook.objects.filter(tenant=self.tenant).first()
-        if webhook is None:
-            return Response({"url": None, "secret_ref": None, "updated_at": None})
-        return Response(WebhookSerializer(webhook).data)
+        return Response(_webhook_data(WebhookChange(webhook) if webhook else None))
 
     @extend_schema(
         request=WebhookInSerializer,
         responses={200: WebhookSerializer, **_errors(400)},
-        summary="Set the runner webhook (signed with HMAC-SHA256 under secret_ref's secret)",
+        summary="Set the runner webhook (Standard Webhooks signatures; the generated secret "
+        "is shown once)",
     )
     def put(self, request: Request) -> Response:
         data = self.parsed(WebhookInSerializer)
-        webhook = webhook_set(tenant=self.tenant, actor=self.actor, **data)
-        return Response(WebhookSerializer(webhook).data)
+        change = webhook_set(tenant=self.tenant, actor=self.actor, **data)
+        response = Response(_webhook_data(change))
+        response["Cache-Control"] = "no-store"
+        return response
 
     @extend_schema(responses={204: None}, summary="Stop delivering webhooks (idempotent)")
     def delete(self, request: Request) -> Response:
         webhook_remove(tenant=self.tenant, actor=self.actor)
         return Response(status=204)
+
+
+class WebhookSecretView(CairnAPIView):
+    required_permission = roles.ADMIN
+
+    @extend_schema(
+        request=WebhookRotateSerializer,
+        responses={200: WebhookSerializer, **_errors(400, 404)},
+        summary="Rotate the webhook's signing secret (the new one is shown once; the old one "
+        "keeps signing for overlap_seconds)",
+    )
+    def post(self, request: Request) -> Response:
+        data = self.parsed(WebhookRotateSerializer)
+        change = webhook_secret_rotate(tenant=self.tenant, actor=self.actor, **data)
+        response = Response(_webhook_data(change))
+        response["Cache-Control"] = "no-store"
+        return response

@@ -27,6 +27,7 @@ urlpatterns = [
     ),
     path("runs/<uuid:run_id>/next", runner_api.RunNextView.as_view(), name="run-next"),
     path("webhook", runner_api.WebhookView.as_view(), name="webhook"),
+    path("webhook/secret", runner_api.WebhookSecretView.as_view(), name="webhook-secret"),
     path("runs/<uuid:run_id>/verify", views.RunVerifyView.as_view(), name="run-verify"),
     path("runs/<uuid:run_id>/lease", views.LeaseView.as_view(), name="run-lease"),
     path(

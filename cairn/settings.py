@@ -372,6 +372,16 @@ SPECTACULAR_SETTINGS = {
 CAIRN_LOGIN_MAX_FAILURES = env_int("CAIRN_LOGIN_MAX_FAILURES", 5)
 CAIRN_LOGIN_MAX_FAILURES_PER_ADDRESS = env_int("CAIRN_LOGIN_MAX_FAILURES_PER_ADDRESS", 50)
 CAIRN_LOGIN_WINDOW_SECONDS = env_int("CAIRN_LOGIN_WINDOW_SECONDS", 900)
+# Internal destinations (loopback, private networks…) outbound requests may reach anyway
+# (cairn.outbound): host, host:port, network/prefix or [v6]:port, comma-separated. Embedded,
+# the demo's local publishing service; in production nothing unless listed.
+CAIRN_OUTBOUND_ALLOWED_INTERNAL = [
+    entry.strip()
+    for entry in env(
+        "CAIRN_OUTBOUND_ALLOWED_INTERNAL", "" if PRODUCTION else "127.0.0.1:8765"
+    ).split(",")
+    if entry.strip()
+]
 # ``file:NAME`` secret references resolve only to files under this directory (cairn.secrets).
 CAIRN_SECRETS_DIR = env("CAIRN_SECRETS_DIR")
 # How long an invitation's set-password link works (Django's reset token), in seconds.

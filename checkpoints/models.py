@@ -248,13 +248,14 @@ class OperationStatus(models.TextChoices):
 
 
 class ExternalOperation(models.Model):
-    """One intended side effect, identified by an idempotency key unique across the store."""
+    """One intended side effect, identified by an idempotency key unique in its tenant (one
+    tenant's keys neither collide with nor reveal another's)."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="operations")
     step = models.CharField(max_length=100, blank=True)
-    idempotency_key = models.CharField(max_length=200, unique=True)
+    idempotency_key = models.CharField(max_length=200)
     action = models.CharField(max_length=100)
     target = models.CharField(max_length=500)
     request_fingerprint = models.CharField(max_length=128)
@@ -277,6 +278,11 @@ class ExternalOperation(models.Model):
     class Meta:
         ordering = ["created_at"]
         indexes = [models.Index(fields=["status", "updated_at"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"], name="operation_key_unique_per_tenant"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.action} {self.idempotency_key} ({self.status})"
@@ -311,12 +317,18 @@ class RunnerWebhook(models.Model):
     run (a checkpoint, a decision, an operator's resume, a retry coming due). Optional.
 
     Deliveries are read from the outbox (``delivered_through`` is the last outbox message
-    id turned into a delivery) and signed with HMAC-SHA256 under the secret ``secret_ref``
-    names (a reference such as ``env:ACME_WEBHOOK_SECRET``: the secret is never stored)."""
+    id turned into a delivery) and signed the Standard Webhooks way under a secret Cairn
+    generated for the tenant (``secret_sealed``, encrypted; during a rotation's overlap the
+    previous one signs too, until ``previous_secret_expires_at``), or under a secret
+    reference a deployment admin registered for the tenant (``secret_ref``)."""
 
     tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, primary_key=True)
     url = models.URLField(max_length=500)
-    secret_ref = models.CharField(max_length=200)
+    secret_ref = models.CharField(max_length=200, blank=True)
+    secret_sealed = models.TextField(blank=True)
+    secret_created_at = models.DateTimeField(null=True, blank=True)
+    previous_secret_sealed = models.TextField(blank=True)
+    previous_secret_expires_at = models.DateTimeField(null=True, blank=True)
     delivered_through = models.BigIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -334,6 +346,8 @@ class WebhookDelivery(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # The exact bytes every attempt sends, made from the event as it was written.
+    body = models.TextField(blank=True)
 
     class Meta:
         ordering = ["id"]

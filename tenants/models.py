@@ -156,3 +156,25 @@ class MemberInvitation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.username} → {self.tenant_id}"
+
+
+class TenantSecretReference(models.Model):
+    """A secret reference (``env:NAME``, ``file:NAME``) a deployment admin registered for
+    one tenant. A tenant may name only these (e.g. to sign its webhook): otherwise any
+    tenant could name the deployment's own secrets, or another tenant's."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="secret_refs")
+    reference = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant", "reference"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "reference"], name="secret_reference_once_per_tenant"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reference} for {self.tenant_id}"

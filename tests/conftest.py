@@ -13,7 +13,12 @@ from tenants.services import Actor, member_set_role, token_issue
 from tests.factories import SIMPLE_DEFINITION, TenantFactory, UserFactory
 
 # Real Celery worker subprocesses and a per-test broker (see tests/worker_fixtures.py).
-pytest_plugins = ["tests.worker_fixtures", "tests.publishing", "tests.s3_fixtures"]
+pytest_plugins = [
+    "tests.worker_fixtures",
+    "tests.publishing",
+    "tests.s3_fixtures",
+    "tests.receivers",
+]
 
 
 def pytest_collection_modifyitems(config, items):  # noqa: ANN001

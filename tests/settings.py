@@ -35,3 +35,6 @@ CAIRN_FAULT_INJECTOR = "tests.faults.inject"
 # Crash tests: the web server subprocess stalls in the middle of writing a file.
 if os.environ.get("CAIRN_TEST_STORAGE_STALL"):
     STORAGES = {**STORAGES, "default": {"BACKEND": "tests.storage.StallingStorage"}}  # noqa: F405
+# Tests' receivers and the local publishing service listen on loopback (cairn.outbound);
+# the outbound tests set this to nothing to see every internal address refused.
+CAIRN_OUTBOUND_ALLOWED_INTERNAL = ["127.0.0.1"]

@@ -123,7 +123,7 @@ def test_a_reservation_for_another_run_meets_the_first_at_the_unique_key(
     )
     outcome = _race(run, "f" * 64, second_run=other)
     assert isinstance(outcome["second"], IdempotencyKeyReused)
-    assert "already used for another operation" in outcome["second"].detail
+    assert "already used for an operation of another run" in outcome["second"].detail
     assert ExternalOperation.objects.get(idempotency_key="race-key").run_id == run.id
 
 

@@ -80,24 +80,30 @@ def test_it_refuses_the_same_key_for_another_request(run):
     assert ExternalOperation.objects.count() == 1
 
 
-def test_a_key_is_unique_across_runs_and_tenants_without_saying_whose_it_is(
+def test_a_key_is_unique_per_tenant_so_another_tenant_can_neither_see_nor_squat_it(
     run, acme, globex, bob, charlie
 ):
-    reserve(run)
     workflow_register(
         tenant=globex, workflow_type="research", version="1", definition=SIMPLE_DEFINITION
     )
     theirs = run_create(
         tenant=globex, workflow_type="research", execution="external", actor=Actor(user=charlie)
     )
+    # globex reserves the key first: acme's reservation of the same key is acme's own.
+    their_operation, created = reserve(theirs)
+    assert created
+    mine, created = reserve(run)
+    assert created and mine.pk != their_operation.pk
+    # Each tenant's key still names one request of one run, and says nothing of the other.
     with pytest.raises(IdempotencyKeyReused) as caught:
-        reserve(theirs)
+        reserve(theirs, fingerprint="e" * 64)
     assert "acme" not in caught.value.detail and str(run.id) not in caught.value.detail
     mine_too = run_create(
         tenant=acme, workflow_type="research", execution="external", actor=Actor(user=bob)
     )
     with pytest.raises(IdempotencyKeyReused):
         reserve(mine_too)
+    assert ExternalOperation.objects.filter(idempotency_key="k-1").count() == 2
 
 
 def test_the_fingerprint_is_stable_and_names_the_whole_request():

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from django.db import connection, transaction
 
 from checkpoints import crypto
-from checkpoints.models import Artifact, Checkpoint, ExternalOperation
+from checkpoints.models import Artifact, Checkpoint, ExternalOperation, RunnerWebhook
 from checkpoints.services.artifacts import artifact_reseal
 from checkpoints.services.checkpoints import envelope_seal
 from checkpoints.services.reads import checkpoint_envelope
@@ -15,6 +15,9 @@ from checkpoints.services.reads import checkpoint_envelope
 OPERATION_TABLE, OPERATION_FIELD = "external_operation", "result"
 # Sealed operation columns and the field name each is bound to (runtime.services.operations).
 OPERATION_COLUMNS = (("result_sealed", OPERATION_FIELD), ("request_sealed", "request"))
+# Webhook signing secrets (runtime.services.webhooks): one row per tenant, bound to it.
+WEBHOOK_TABLE = "runner_webhook"
+WEBHOOK_COLUMNS = (("secret_sealed", "secret"), ("previous_secret_sealed", "previous_secret"))
 
 
 def _allow_rotation() -> None:
@@ -26,15 +29,16 @@ def _allow_rotation() -> None:
 def keys_rotate(
     *, batch_size: int = 500, progress: Callable[[str, int], None] | None = None
 ) -> dict[str, int]:
-    """Re-encrypt the store's checkpoints, artifacts and operation results not under the
-    active key (``rotate_keys`` also rotates the LangGraph thread store's payloads).
+    """Re-encrypt the store's checkpoints, artifacts, operation results and webhook signing
+    secrets not under the active key (``rotate_keys`` also rotates the LangGraph thread
+    store's payloads).
 
     Each batch is its own short transaction; the command is safe to stop and run again (a
     row is either under its old key or the new one, both readable while both are
     configured). Content and hashes never change. Returns counts per kind.
     """
     active = crypto.keyring().active_id
-    totals = {"checkpoints": 0, "artifacts": 0, "operations": 0}
+    totals = {"checkpoints": 0, "artifacts": 0, "operations": 0, "webhook secrets": 0}
     report = progress or (lambda kind, done: None)
 
     while True:
@@ -89,4 +93,28 @@ def keys_rotate(
                     )
             totals["operations"] += len(batch)
             report("operations", totals["operations"])
+    totals["webhook secrets"] = _webhook_secrets_rotate(sealed_prefix)
     return totals
+
+
+def _webhook_secrets_rotate(sealed_prefix: str) -> int:
+    """Re-seal the webhook signing secrets not under the active key (a few rows)."""
+    done = 0
+    for column, field in WEBHOOK_COLUMNS:
+        stale = RunnerWebhook.objects.exclude(**{column: ""}).exclude(
+            **{f"{column}__startswith": sealed_prefix}
+        )
+        with transaction.atomic():
+            for webhook in stale.select_for_update():
+                scope = dict(
+                    tenant_id=webhook.tenant_id,
+                    table=WEBHOOK_TABLE,
+                    row_id=webhook.tenant_id,
+                    field=field,
+                )
+                plain = crypto.unseal(getattr(webhook, column), **scope)
+                RunnerWebhook.objects.filter(pk=webhook.pk).update(
+                    **{column: crypto.seal(plain, **scope)}
+                )
+                done += 1
+    return done

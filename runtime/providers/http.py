@@ -11,15 +11,12 @@ after the connection opened may have reached the provider, so it is UNKNOWN.
 
 from __future__ import annotations
 
-import http.client
 import json
-import socket
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from cairn.outbound import DestinationRefused, MaybeSent, NotSent, outbound_send
 from cairn.secrets import SecretUnavailable, secret_resolve
 from runtime.providers.base import EffectRequest, Outcome, ProviderResult
 
@@ -64,27 +61,28 @@ class HttpProvider:
         return headers
 
     def _call(self, method: str, path: str, *, body: Any = None, headers: dict | None = None):  # noqa: ANN202
+        """One request through Cairn's outbound path (``cairn.outbound``): the destination
+        is checked, connected to at the checked address, and redirects are not followed."""
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.base_url.rstrip("/") + path,
-            data=data,
-            method=method,
-            headers={**self._headers(), **(headers or {})},
-        )
+        sent_headers = {**self._headers(), **(headers or {})}
         if data is not None:
-            request.add_header("Content-Type", "application/json")
+            sent_headers["Content-Type"] = "application/json"
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_seconds) as answer:  # noqa: S310
-                return Response(answer.status, _json(answer.read(MAX_RESPONSE_BYTES)))
-        except urllib.error.HTTPError as error:
-            with error:
-                return Response(error.code, _json(error.read(MAX_RESPONSE_BYTES)))
-        except urllib.error.URLError as error:
-            if isinstance(error.reason, ConnectionRefusedError | socket.gaierror):
-                raise _NotSent(f"{self.base_url} refused the connection ({error.reason})")
-            raise _MaybeSent(f"{self.base_url}: {error.reason}")
-        except (TimeoutError, http.client.HTTPException, ConnectionError, OSError) as error:
-            raise _MaybeSent(f"{self.base_url}: {type(error).__name__} {error}".strip())
+            answer = outbound_send(
+                method,
+                self.base_url.rstrip("/") + path,
+                body=data,
+                headers=sent_headers,
+                timeout=self.timeout_seconds,
+                max_answer_bytes=MAX_RESPONSE_BYTES,
+            )
+        except DestinationRefused as error:
+            raise _NotSent(str(error))
+        except NotSent as error:
+            raise _NotSent(f"{self.base_url} refused the connection ({error})")
+        except MaybeSent as error:
+            raise _MaybeSent(str(error))
+        return Response(answer.status, _json(answer.body))
 
     def _post_effect(self, path: str, *, key: str, request: EffectRequest) -> Response:
         """POST the request under its idempotency key: a one-shot perform and a job submission

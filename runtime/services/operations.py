@@ -123,11 +123,11 @@ def _check_no_secret(value: Any, path: str) -> None:
 def _same_request(
     existing: ExternalOperation, *, tenant: Tenant, run: Run, action: str, target: str, fp: str
 ) -> ExternalOperation:
-    if existing.tenant_id != tenant.pk or existing.run_id != run.pk:
-        # Keys are unique across the store; whose key it is stays private.
+    if existing.run_id != run.pk:
+        # Keys are unique per tenant: this is another run of the caller's own tenant.
         raise IdempotencyKeyReused(
-            f"The idempotency key '{existing.idempotency_key}' is already used for another "
-            "operation; choose a key unique to this request."
+            f"The idempotency key '{existing.idempotency_key}' is already used for an "
+            "operation of another run; choose a key unique to this request."
         )
     if (existing.request_fingerprint, existing.action, existing.target) != (fp, action, target):
         raise IdempotencyKeyReused(
@@ -163,6 +163,8 @@ def operation_reserve(
     win; the other reads the winner's row. Atomic with its audit event. ``request`` is
     stored sealed, never in clear.
 
+    Keys are unique per tenant: another tenant's keys are neither seen nor squatted.
+
     Raises NotFound, RunNotActive, InvalidRequest, SecretInEnvelope (a credential in the
     request) or IdempotencyKeyReused (the key belongs to another request or run).
     """
@@ -185,7 +187,9 @@ def operation_reserve(
     with transaction.atomic():
         run = locked_run(tenant=tenant, run_id=run_id)
         facts = {"tenant": tenant, "run": run, "action": action, "target": target}
-        existing = ExternalOperation.objects.filter(idempotency_key=idempotency_key).first()
+        existing = ExternalOperation.objects.filter(
+            tenant=tenant, idempotency_key=idempotency_key
+        ).first()
         if existing is not None:
             return _same_request(existing, fp=request_fingerprint, **facts), False
         if run.is_terminal:
@@ -216,7 +220,9 @@ def operation_reserve(
         except IntegrityError:
             # A concurrent reservation of the same key (for another run: one of this run
             # waits for the row lock) committed first: answer with its row.
-            winner = ExternalOperation.objects.filter(idempotency_key=idempotency_key).first()
+            winner = ExternalOperation.objects.filter(
+                tenant=tenant, idempotency_key=idempotency_key
+            ).first()
             if winner is None:
                 raise
             return _same_request(winner, fp=request_fingerprint, **facts), False
