@@ -298,6 +298,8 @@ def _integral_floats_as_ints(value: Any) -> Any:
 
 
 MAX_JSON_DEPTH = 64
+# From here on ECMAScript (and so RFC 8785) writes a number with an exponent.
+_EXPONENT_FORM = 1e21
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -306,7 +308,10 @@ def json_problem(value: Any, *, where: str = "the value") -> str | None:
     sentence, or None. Walks without recursion, so hostile nesting cannot exhaust the stack.
 
     Refused: nesting deeper than MAX_JSON_DEPTH, integers outside ±(2**53 - 1), floats that
-    are not finite, strings or keys with a lone UTF-16 surrogate, and non-JSON types.
+    are not finite, whole-number floats from 2**53 up to 1e21 (RFC 8785 writes ``1e20`` as
+    the integer 100000000000000000000, which every later read would refuse as one; from
+    1e21 on it writes ``1e+21``, a float again), strings or keys with a lone UTF-16
+    surrogate, and non-JSON types.
     """
     stack: list[tuple[Any, int, str]] = [(value, 1, where)]
     while stack:
@@ -327,6 +332,11 @@ def json_problem(value: Any, *, where: str = "the value") -> str | None:
         elif isinstance(item, float):
             if item != item or item in (float("inf"), float("-inf")):
                 return f"{path} is not a finite number"
+            if item.is_integer() and _SAFE_INT < abs(item) < _EXPONENT_FORM:
+                return (
+                    f"{path} is a whole number outside ±(2^53 − 1), which JSON cannot carry "
+                    "exactly; send it as a string"
+                )
         elif isinstance(item, dict):
             for key, child in item.items():
                 if not isinstance(key, str):

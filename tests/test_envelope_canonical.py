@@ -42,11 +42,27 @@ def ours(value: object) -> bytes | type[Exception]:
         return type(exc)
 
 
+def poisoned(value: object) -> bool:
+    """A whole float from 2^53 up to 1e21: RFC 8785 writes it as an integer JSON cannot
+    carry exactly, so Cairn refuses it where the reference would write it."""
+    if isinstance(value, float):
+        return value.is_integer() and 2**53 - 1 < abs(value) < 1e21
+    if isinstance(value, dict):
+        return any(poisoned(item) for item in value.values())
+    if isinstance(value, list):
+        return any(poisoned(item) for item in value)
+    return False
+
+
 @settings(max_examples=600, deadline=None)
 @given(values)
 def test_canonical_json_equals_the_rfc8785_reference(value):
     expected = reference(value)
-    if isinstance(expected, bytes):
+    if isinstance(expected, bytes) and poisoned(value):
+        assert ours(value) is InvalidEnvelope
+        # What RFC 8785 wrote would be read back as an integer no writer accepts.
+        assert ours(json.loads(expected)) is InvalidEnvelope
+    elif isinstance(expected, bytes):
         assert ours(value) == expected
     else:
         # What RFC 8785 cannot represent is refused as a domain error (a 422, never a 500).

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from cairn.errors import IntegrityFailure
+from cairn.errors import IntegrityFailure, InvalidEnvelope
 from checkpoints import envelope as env
 from checkpoints.models import Checkpoint, Run
 from checkpoints.services.reads import checkpoint_envelope, run_get
@@ -72,6 +72,9 @@ def run_head_problem(run: Run, envelope: dict[str, Any]) -> str | None:
 
 
 def head_hash_problem(run: Run, head: Checkpoint, envelope: dict[str, Any]) -> str | None:
+    unhashable = envelope_value_problem(head, envelope)
+    if unhashable:
+        return unhashable
     if env.sha256_of(envelope) != head.sha256:
         return f"checkpoint {head.sequence} does not match its sha256 (tampered)"
     if head.sha256 != run.latest_checkpoint_sha256:
@@ -80,10 +83,28 @@ def head_hash_problem(run: Run, head: Checkpoint, envelope: dict[str, Any]) -> s
 
 
 def checkpoint_columns_verify(checkpoint: Checkpoint, envelope: dict[str, Any]) -> None:
-    """Raises IntegrityFailure when the row's position is not its envelope's."""
-    problem = checkpoint_columns_problem(checkpoint, envelope)
+    """Raises IntegrityFailure when the row's position is not its envelope's, or the
+    envelope holds a value it cannot be hashed with again (a whole number past 2^53,
+    written before such values were refused at every write)."""
+    problem = checkpoint_columns_problem(checkpoint, envelope) or envelope_value_problem(
+        checkpoint, envelope
+    )
     if problem:
         raise IntegrityFailure(f"Integrity failure: {problem}.")
+
+
+def envelope_value_problem(checkpoint: Checkpoint, envelope: dict[str, Any]) -> str | None:
+    """Why the stored envelope cannot be canonicalized again, or None."""
+    try:
+        env.canonical_json(envelope)
+    except InvalidEnvelope:
+        where = f"checkpoint {checkpoint.sequence}'s envelope"
+        return (
+            f"{env.json_problem(envelope, where=where)}; it was written before such values "
+            "were refused and cannot be checked against its hash (fork the run from it with "
+            "an inputs_patch that replaces the value)"
+        )
+    return None
 
 
 def checkpoints_columns_verify(checkpoints: list[Checkpoint]) -> None:
