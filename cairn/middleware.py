@@ -100,7 +100,8 @@ class ChunkedBodyMiddleware:
 
     Only a server that decodes the chunks for the application (gunicorn, and every ASGI
     server) can be read; a WSGI server that does not say so (``wsgi.input_terminated``,
-    e.g. Django's runserver) is answered 411 Length Required, never with an empty body."""
+    e.g. Django's runserver) is answered 411 Length Required, never with an empty body. A
+    body whose chunks the server cannot decode is a 400, never a 500."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
         self.get_response = get_response
@@ -132,7 +133,21 @@ def _read_chunked_body(request: HttpRequest) -> HttpResponse | None:
     body = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE)
     size = 0
     while True:
-        piece = source.read(min(CHUNK_BYTES, limit + 1 - size))
+        try:
+            piece = source.read(min(CHUNK_BYTES, limit + 1 - size))
+        except Exception as error:  # noqa: BLE001 - whatever the server's decoder raises
+            # A chunk size that is not hex, a chunk cut short, a missing terminator: the
+            # server's decoder (gunicorn's InvalidChunkSize, NoMoreData, …) raises while
+            # the body is read. The body is the client's, so is the error.
+            body.close()
+            log.info("malformed chunked body", extra={"error": type(error).__name__})
+            return _refuse(
+                request,
+                400,
+                "invalid_request",
+                "The chunked request body is malformed (a chunk size that is not "
+                "hexadecimal, a chunk cut short or a missing terminator); nothing was read.",
+            )
         if not piece:
             break
         size += len(piece)

@@ -9,6 +9,7 @@ import hashlib
 import http.client
 import json
 import os
+import socket
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -116,3 +117,46 @@ def test_a_server_that_cannot_read_chunks_answers_411_and_stores_nothing(live_se
     assert status == 411, body
     assert body["code"] == "length_required" and "Content-Length" in body["detail"]
     assert not Artifact.objects.exists()
+
+
+def raw_exchange(url: str, request: bytes) -> bytes:
+    """Send ``request`` as it is (no client fixes it up) and read the answer to its end."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+        sock.sendall(request)
+        sock.shutdown(socket.SHUT_WR)  # a truncated body ends here
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+MALFORMED = {
+    "not hex": b"zz\r\nhello\r\n0\r\n\r\n",
+    "truncated chunk": b"10\r\nonly five",
+    "no terminator": b"5\r\nhelloXX0\r\n\r\n",
+    "no last chunk": b"5\r\nhello\r\n",
+    "negative size": b"-5\r\nhello\r\n0\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("anonymous", [True, False])
+def test_a_malformed_chunked_body_is_a_400_never_a_500(web_server, bearer, anonymous):  # noqa: ANN001, F811
+    server = web_server()
+    auth = b"" if anonymous else f"Authorization: {bearer['Authorization']}\r\n".encode()
+    for what, body in MALFORMED.items():
+        for path in (b"/api/v1/runs", b"/api/v1/artifacts", b"/login/"):
+            answer = raw_exchange(
+                server.url,
+                b"POST "
+                + path
+                + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                + auth
+                + b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+                b"Connection: close\r\n\r\n" + body,
+            )
+            status = int(answer.split(b" ", 2)[1])
+            assert status == 400, (what, path, answer[:300])
+    assert Run.objects.count() == 0
+    log = server.log()
+    assert "Traceback" not in log and '"level": "ERROR"' not in log, log[-3000:]
