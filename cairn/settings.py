@@ -45,7 +45,8 @@ ALLOWED_HOSTS = [h for h in env("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").s
 CSRF_TRUSTED_ORIGINS = [o for o in env("DJANGO_CSRF_TRUSTED_ORIGINS").split(",") if o]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # Django's admin, its sign-in throttled as the console's (cairn.admin).
+    "cairn.admin.CairnAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -137,7 +138,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [
-    "django.contrib.auth.backends.ModelBackend",
+    # Django's ModelBackend, finding the account by its NFKC case-folded name.
+    "tenants.backends.UsernameKeyBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]
 GUARDIAN_RAISE_403 = False

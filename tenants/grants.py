@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -13,6 +12,7 @@ from django.db import transaction
 from cairn.errors import NotFound
 from tenants.models import RunGrant, Tenant
 from tenants.services import Actor, audit_record, permissions_of
+from tenants.usernames import account_find
 
 
 def tenant_run_get(*, tenant: Tenant, run_id: UUID | str) -> Any:
@@ -68,7 +68,7 @@ def run_grant_to_member(
     with the same sentence whether or not the account exists (or belongs elsewhere), and
     NotFound (the run) as ``run_grant_create``.
     """
-    user = get_user_model().objects.filter(username=(username or "").strip()).first()
+    user = account_find(username)
     if user is None or not permissions_of(user=user, tenant=tenant):
         raise NotFound(
             f"No member of {tenant.slug} has that username; to let someone else review one "

@@ -26,6 +26,7 @@ from tenants import roles
 from tenants.grants import run_grant_create, tenant_run_get
 from tenants.models import MemberInvitation, RunGrant, Tenant, TenantUserObjectPermission
 from tenants.services import Actor, audit_record, member_set_role, permissions_of
+from tenants.usernames import account_find, same_account_name, username_key
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,8 @@ class Invitation:
 
 
 def _username_check(username: str) -> str:
-    username = (username or "").strip()
+    """The username as an account is made with: its key (NFKC, case-folded)."""
+    username = username_key(username)
     try:
         get_user_model().username_validator(username)
     except ValidationError:
@@ -85,7 +87,11 @@ def member_invite(
         run = tenant_run_get(tenant=tenant, run_id=run_id)
         if run is None:
             raise NotFound("No such run in this tenant.")
-    existing = get_user_model().objects.filter(username=username).first()
+    # A look-alike (``Bob``, ``ｂｏｂ``) means the existing account: its holder is invited,
+    # and no second account that reads the same is ever made beside it.
+    existing = account_find(username)
+    if existing is not None:
+        username = existing.get_username()
     if (
         existing is not None
         and role is not None
@@ -154,7 +160,7 @@ def invitation_accept(
 
     Atomic with its audit events. Raises InvalidRequest when ``user`` is not the invited
     username or the invitation was answered meanwhile."""
-    if user.get_username() != invitation.username:
+    if not same_account_name(user.get_username(), invitation.username):
         raise InvalidRequest(f"This invitation is for {invitation.username}, not for you.")
     with transaction.atomic():
         if not _answer(invitation, accepted=True):
@@ -177,9 +183,9 @@ def invitation_accept_new(
     the link does not tell who has an account). Atomic."""
     user_model = get_user_model()
     with transaction.atomic():
-        if user_model.objects.filter(username=invitation.username).exists():
+        if account_find(invitation.username) is not None:
             return False
-        user = user_model(username=invitation.username, email=invitation.email)
+        user = user_model(username=username_key(invitation.username), email=invitation.email)
         user.set_password(password)
         try:
             with transaction.atomic():
@@ -200,7 +206,7 @@ def invitation_decline(
     *, invitation: MemberInvitation, user: AbstractBaseUser, actor: Actor
 ) -> None:
     """The account holder declines; nothing is granted. Atomic with its audit event."""
-    if user.get_username() != invitation.username:
+    if not same_account_name(user.get_username(), invitation.username):
         raise InvalidRequest(f"This invitation is for {invitation.username}, not for you.")
     with transaction.atomic():
         if not _answer(invitation, accepted=False):

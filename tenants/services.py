@@ -17,6 +17,7 @@ from guardian.shortcuts import assign_perm
 from cairn.errors import InvalidRequest, LastAdmin, TokenNotYours
 from tenants import roles
 from tenants.models import ApiToken, AuditEvent, RunGrant, Tenant, TenantUserObjectPermission
+from tenants.usernames import account_find, username_key
 
 TOKEN_PREFIX = "cairn_"
 
@@ -73,7 +74,9 @@ def tenant_create(*, slug: str, name: str = "", owner_username: str) -> tuple[Te
     user_model = get_user_model()
     with transaction.atomic():
         tenant, created = Tenant.objects.get_or_create(slug=slug, defaults={"name": name or slug})
-        owner, _ = user_model.objects.get_or_create(username=owner_username)
+        owner = account_find(owner_username) or user_model.objects.create(
+            username=username_key(owner_username)
+        )
         if not owner.password:
             # An empty hash looks usable to Django yet matches nothing: mark it unusable, so
             # the owner can be sent a set-password link.
@@ -84,7 +87,7 @@ def tenant_create(*, slug: str, name: str = "", owner_username: str) -> tuple[Te
             tenant=tenant,
             actor=Actor.system("create_tenant"),
             action="member.role_set",
-            target=owner_username,
+            target=owner.get_username(),
             details={"role": "admin"},
         )
     return tenant, created

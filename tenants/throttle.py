@@ -17,13 +17,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from tenants.models import LoginThrottle
+from tenants.usernames import username_key
 
 log = logging.getLogger("cairn.security")
 
 
 def _keys(username: str, ip: str) -> list[tuple[str, int]]:
-    """(key, allowed failures) pairs this attempt counts against."""
-    name = (username or "").strip().lower()[:150]
+    """(key, allowed failures) pairs this attempt counts against. The username counts as
+    its key (NFKC, case-folded), as the sign-in form reads it: ``𝐚𝐫𝐞𝐯`` and ``AREV`` are
+    ``arev`` tried again, not a fresh name."""
+    name = username_key(username)[:150]
     return [
         (_digest(f"user|{name}|{ip}"), settings.CAIRN_LOGIN_MAX_FAILURES),
         (_digest(f"addr|{ip}"), settings.CAIRN_LOGIN_MAX_FAILURES_PER_ADDRESS),

@@ -7,8 +7,6 @@ an undocumented 422."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from cairn.errors import InvalidEnvelope

@@ -110,3 +110,45 @@ def test_the_refusal_says_it_is_for_the_address_when_that_limit_tripped(bob):  #
     assert b"from your address, for any username" in response.content
     assert b"for this username" not in response.content
     assert b"Try again in 10 minutes" in response.content
+
+
+# --- names that read the same ---------------------------------------------------------------
+@pytest.mark.parametrize("spelling", ["𝐛𝐨𝐛", "ｂｏｂ", "BOB", "Bob ", "ᵇᵒᵇ"])
+def test_a_look_alike_spelling_counts_against_the_same_throttle(bob, spelling):  # noqa: ANN001
+    """Django's sign-in form reads 𝐛𝐨𝐛 as bob (NFKC): locked out as bob, it stays locked."""
+    fail("bob", 3)
+    response = attempt(spelling, PASSWORD)
+    assert response.status_code == 429, spelling
+    assert "_auth_user_id" not in Client().session
+
+
+def test_failures_in_look_alike_spellings_add_up(bob):  # noqa: ANN001
+    for spelling in ("𝐛𝐨𝐛", "ｂｏｂ", "BOB"):
+        assert attempt(spelling, "wrong").status_code == 200
+    assert attempt("bob", PASSWORD).status_code == 429
+
+
+def test_a_signed_in_session_trying_another_name_is_counted_not_cleared(bob, carol):  # noqa: ANN001
+    """carol, signed in (not staff), tries bob's password on the admin sign-in."""
+    client = Client(REMOTE_ADDR="198.51.100.1")
+    client.force_login(carol)
+    for _ in range(3):
+        assert client.post("/admin/login/", {"username": "bob", "password": "x"}).status_code == 200
+    assert attempt("bob", PASSWORD).status_code == 429
+
+
+def test_the_admin_sign_in_is_throttled_too(db):  # noqa: ANN001
+    from django.contrib.auth import get_user_model
+
+    staff = get_user_model().objects.create_user("ops", password=PASSWORD, is_staff=True)
+    client = Client(REMOTE_ADDR="198.51.100.9")
+    for _ in range(3):
+        answer = client.post("/admin/login/", {"username": "ops", "password": "wrong"})
+        assert answer.status_code == 200
+    refused = client.post("/admin/login/", {"username": "ＯＰＳ", "password": PASSWORD})
+    assert refused.status_code == 429 and int(refused["Retry-After"]) > 500
+    assert "_auth_user_id" not in client.session
+    # Another address still signs in, and that clears nothing of the first one's count.
+    other = Client(REMOTE_ADDR="198.51.100.10")
+    assert other.post("/admin/login/", {"username": "ops", "password": PASSWORD}).status_code == 302
+    assert int(other.session["_auth_user_id"]) == staff.pk

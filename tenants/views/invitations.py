@@ -28,6 +28,7 @@ from tenants.members import (
 )
 from tenants.models import ApiToken
 from tenants.services import Actor, token_issue, token_revoke
+from tenants.usernames import same_account_name
 
 TEMPLATE = "tenants/invitation.html"
 
@@ -42,7 +43,9 @@ def invitation(request: HttpRequest, invitation_id: UUID, token: str) -> HttpRes
     if invite is None:
         return render(request, TEMPLATE, {"invalid": True})
     user_model = get_user_model()
-    mine = request.user.is_authenticated and request.user.get_username() == invite.username
+    mine = request.user.is_authenticated and same_account_name(
+        request.user.get_username(), invite.username
+    )
     context = {
         "invitation": invite,
         "mine": mine,

@@ -1,10 +1,10 @@
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.text import slugify
 
 from cairn.errors import InvalidRequest
 from tenants.members import member_password_link
 from tenants.services import Actor, tenant_create
+from tenants.usernames import account_find
 
 
 class Command(BaseCommand):
@@ -29,7 +29,7 @@ class Command(BaseCommand):
         tenant, created = tenant_create(slug=slug, name=name, owner_username=owner)
         verb = "Created" if created else "Found"
         self.stdout.write(f"{verb} tenant {tenant.slug} ({tenant.id}); {owner} is its admin.")
-        user = get_user_model().objects.get(username=owner)
+        user = account_find(owner)
         if user.has_usable_password():
             self.stdout.write(f"{owner} has a password and signs in at {base_url}/login/.")
             return

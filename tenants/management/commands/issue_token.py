@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tenants import roles
 from tenants.models import Tenant
 from tenants.services import Actor, member_set_role, permissions_of, token_issue
+from tenants.usernames import account_find, username_key
 
 
 class Command(BaseCommand):
@@ -19,11 +20,11 @@ class Command(BaseCommand):
         tenant_row = Tenant.objects.filter(slug=tenant).first()
         if tenant_row is None:
             raise CommandError(f"No tenant '{tenant}'. Create it with create_tenant first.")
-        user = get_user_model().objects.filter(username=username).first()
+        user = account_find(username)
         if user is None:
             if role is None:
                 raise CommandError(f"No user '{username}'; pass --role to create them as a member.")
-            user = get_user_model().objects.create(username=username)
+            user = get_user_model().objects.create(username=username_key(username))
         actor = Actor.system("issue_token")
         if role is not None:
             member_set_role(tenant=tenant_row, user=user, role=role, actor=actor)
