@@ -91,14 +91,38 @@ secretish = st.sampled_from(
         "a plain sentence",
         # The Kelvin sign: IGNORECASE matches it as k, so the scan must fold it too.
         "Account\u212aey=" + "A" * 40,
+        "sk-\u200babcdefghijklmnopqrstuvwxyz",
+        "\uff53\uff4b-abcdefghijklmnopqrstuvwxyz",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "3f786850e387550fdab836ed7e6dc881de23001b",
+        "Basic dXNlcjpwYXNz",
+        "basic aGVsbG8=",
+        "env:OPENAI_API_KEY",
     ]
 )
+secret_scalars = secretish | st.text(max_size=10) | st.integers() | st.booleans() | st.none()
 secret_values = st.recursive(
-    secretish | st.text(max_size=10),
+    secret_scalars,
     lambda children: (
         st.lists(children, max_size=3)
         | st.dictionaries(
-            st.sampled_from(["password", "db_password", "apiKey", "note", "Authorization", "x"]),
+            st.sampled_from(
+                [
+                    "password",
+                    "db_password",
+                    "apiKey",
+                    "note",
+                    "Authorization",
+                    "x",
+                    "max_tokens",
+                    "pass\u200bword",
+                    "\uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44",
+                    'a"token',
+                    "api\\key",
+                    "credentials",
+                    "secret_ref",
+                ]
+            ),
             children,
             max_size=3,
         )

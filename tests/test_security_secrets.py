@@ -35,6 +35,9 @@ FAKE = {
     "Authorization header": "Authorization: " + "Basic dXNlcjpwYXNz",
     "bearer token": "curl -H 'x: Bearer " + "abcdefghijklmnopqrstuvwxyz012345'",
     "Cairn API token": "cairn_" + "Q" * 43,
+    "AWS secret access key": "wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYEXAMPLEKEY",
+    "Basic credentials": "curl -H 'Authorization-ish: " + "Basic dXNlcjpwYXNz'",
+    "bare Basic credentials": "Basic " + "YWxpY2U6czNjcjN0",
 }
 
 
@@ -62,6 +65,15 @@ def test_it_finds_a_credential_pattern_anywhere_in_the_envelope(what):  # noqa: 
         "Authorization",
         "private_key",
         "Cookie",
+        "token",
+        "x_token",
+        "pageToken",
+        "aws_secret_access_key",
+        "AWS_SECRET_ACCESS_KEY",
+        "credentials",
+        "passphrase",
+        "secret_value",
+        "webhook_secret",
     ],
 )
 def test_it_refuses_a_literal_under_a_credential_key_but_takes_a_reference(key):  # noqa: ANN001
@@ -83,6 +95,11 @@ def test_it_refuses_a_literal_under_a_credential_key_but_takes_a_reference(key):
         {"api_key_ref": "env:MODEL_API_KEY", "auth_ref": "file:publishing"},
         {"text": "sk-short and ghp_short are not keys"},
         {"email": "reviewer@example.org"},
+        {"commit": "3f786850e387550fdab836ed7e6dc881de23001b", "sha1": "a" * 40},
+        {"note": "Basic aGVsbG8gd29ybGQ= is just hello world", "basic": "plan"},
+        {"tokens": 5, "max_tokens": 1, "secret_ref": "env:X", "primary_key": 7},
+        {"idempotency_key": "k-1", "sort_key": "name", "token_count": 12},
+        {"password_required": True, "api_key": None, "token": ""},
     ],
 )
 def test_it_leaves_ordinary_values_alone(value):  # noqa: ANN001
@@ -189,3 +206,43 @@ def test_one_implementation_serves_the_providers_and_the_runtime():
 
     assert http.secret_resolve is secret_resolve
     assert models.secret_resolve is secret_resolve
+
+
+# --- values that are not plain strings, and evasions ----------------------------------------
+@pytest.mark.parametrize(
+    ("value", "path"),
+    [
+        ({"password": ["hunter2"]}, "envelope.password.0"),
+        ({"api_key": 123456789012345}, "envelope.api_key"),
+        ({"auth": {"credentials": {"user": "u", "pw": "x"}}}, "envelope.auth.credentials.user"),
+        ({"token": 4.5}, "envelope.token"),
+        ({"config": [{"secret_value": [["deep"]]}]}, "envelope.config.0.secret_value.0.0"),
+    ],
+)
+def test_a_value_under_a_credential_key_is_refused_whatever_its_type(value, path):  # noqa: ANN001
+    found = find_secret(value)
+    assert found is not None and found[0] == path, found
+    assert "under the key" in found[1]
+
+
+ZERO_WIDTH, SOFT_HYPHEN = "\u200b", "\u00ad"
+
+
+def _fullwidth(text: str) -> str:
+    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in text)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"note": "sk-" + ZERO_WIDTH + "proj-a1B2c3D4e5F6g7H8i9J0kLmN"},
+        {"note": _fullwidth(FAKE["OpenAI key"])},
+        {"note": _fullwidth(FAKE["AWS access key id"])},
+        {"note": "-----BEGIN RSA" + SOFT_HYPHEN + " PRIVATE KEY-----"},
+        {"pass" + ZERO_WIDTH + "word": "hunter2"},
+        {_fullwidth("password"): "hunter2"},
+        {"api" + "\u2060" + "_key": "hunter2"},
+    ],
+)
+def test_zero_width_and_fullwidth_evasions_are_normalized_before_matching(value):  # noqa: ANN001
+    assert find_secret(value) is not None, value
