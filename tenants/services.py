@@ -14,6 +14,7 @@ from django.db.models import Value
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
+from cairn.credentials import free_text_refuse
 from cairn.errors import InvalidRequest, LastAdmin, TokenNotYours
 from tenants import roles
 from tenants.models import ApiToken, AuditEvent, RunGrant, Tenant, TenantUserObjectPermission
@@ -187,6 +188,7 @@ def token_issue(
     token, and InvalidRequest when the user holds no role (or run grant) in the tenant: such
     a token could never authenticate.
     """
+    free_text_refuse({"name": name}, hint="(the label is shown in the clear)")
     if actor.user is not None and actor.user.pk != user.pk:
         raise TokenNotYours(
             f"An API token is minted by its owner: {user.get_username()} signs in and issues "

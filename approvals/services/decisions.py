@@ -19,6 +19,7 @@ from approvals.models import (
 )
 from approvals.services._common import MAX_COMMENT, RUN_OPEN_STATUSES, may_review, send_after_commit
 from approvals.services.expiry import expire_request
+from cairn.credentials import free_text_refuse
 from cairn.errors import (
     AlreadyDecided,
     ApprovalClosed,
@@ -88,6 +89,7 @@ def approval_decide(
             "run's reason. Nothing was decided.",
             fields={"comment": "required for a rejection"},
         )
+    free_text_refuse({"comment": comment})
     if len(comment) > MAX_COMMENT:
         raise InvalidRequest(
             f"The comment is longer than {MAX_COMMENT} characters.", fields={"comment": "too long"}

@@ -18,6 +18,7 @@ from approvals.services._common import (
     request_insert,
     uuid_or_none,
 )
+from cairn.credentials import free_text_refuse
 from cairn.errors import ArtifactHashMismatch, InvalidRequest, RunNotActive
 from checkpoints.models import Artifact
 from tenants.models import Tenant
@@ -46,6 +47,7 @@ def approval_request_create(
     the tenant or is stored with another sha256) or InvalidRequest.
     """
     action = (action or "").strip()
+    free_text_refuse({"action": action})
     problems: dict[str, str] = {}
     if not action or len(action) > 100:
         problems["action"] = "1-100 characters, e.g. publish"

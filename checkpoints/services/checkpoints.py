@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from cairn.credentials import free_text_screen
 from cairn.errors import (
     ArtifactHashMismatch,
     CairnError,
@@ -332,6 +333,16 @@ def checkpoint_commit(
     raises, nothing was written.
     """
     _check_client_groups(envelope)
+    if status_reason or code_version or lease_owner:
+        screened = free_text_screen(
+            {
+                "status_reason": status_reason,
+                "lease_owner": lease_owner,
+                "code_version": code_version,
+            },
+            refuse=actor.user is not None,
+        )
+        status_reason = screened["status_reason"]
     if status is not None and status not in COMMIT_STATUSES:
         raise InvalidEnvelope(
             f"A commit cannot set the status '{status}'.", fields={"status": status}

@@ -13,9 +13,10 @@ from cairn.errors import (
     DefinitionConflict,
     InvalidDefinition,
     InvalidRequest,
+    SecretInEnvelope,
     UnknownWorkflow,
 )
-from checkpoints.envelope import canonical_json
+from checkpoints.envelope import canonical_json, find_secret
 from checkpoints.models import WorkflowDefinition
 from tenants.models import Tenant
 
@@ -118,6 +119,13 @@ def workflow_register(
     this tenant or in code). Atomic.
     """
     _check_names(workflow_type, version)
+    found = find_secret(definition, "definition")
+    if found:  # stored and listed in the clear
+        raise SecretInEnvelope(
+            f"{found[0]} looks like a credential ({found[1]}); a definition names states and "
+            "steps, never secrets.",
+            fields={found[0]: found[1]},
+        )
     normal = definition_normalize(definition)
     digest = definition_sha256(normal)
     scope = Q(tenant__isnull=True) | (Q(tenant=tenant) if tenant else Q())

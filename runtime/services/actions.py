@@ -28,6 +28,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from cairn.credentials import free_text_refuse
 from cairn.errors import (
     ActionNotAllowed,
     BudgetExhausted,
@@ -66,7 +67,8 @@ _NOT_RESUMABLE = {
 
 # --- shared guards --------------------------------------------------------------------------
 def reason_clean(reason: str | None, *, required: bool = True) -> str:
-    """The trimmed reason. Raises InvalidRequest when it is missing (and required) or long."""
+    """The trimmed reason. Raises InvalidRequest when it is missing (and required) or long,
+    SecretInEnvelope when it looks like a credential."""
     text = (reason or "").strip()
     if required and not text:
         raise InvalidRequest(
@@ -78,6 +80,8 @@ def reason_clean(reason: str | None, *, required: bool = True) -> str:
             f"The reason is {len(text)} characters; the limit is {MAX_REASON}.",
             fields={"reason": f"at most {MAX_REASON} characters"},
         )
+    # Stored in the clear twice (the audit log, the run's status reason): never a secret.
+    free_text_refuse({"reason": text})
     return text
 
 

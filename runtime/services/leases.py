@@ -15,6 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import F, Q
 from django.utils import timezone
 
+from cairn.credentials import free_text_refuse
 from cairn.errors import ConcurrentCheckpointWrite, InvalidRequest, LeaseHeld, RunNotActive
 from checkpoints.models import ACTIVE_STATUSES, Run
 from checkpoints.services.reads import run_get
@@ -53,6 +54,8 @@ def lease_acquire(
     """
     if not owner or len(owner) > 200:
         raise InvalidRequest("owner must be 1-200 characters.", fields={"owner": "required"})
+    if run is None:  # a worker passes its run and names itself; a client's owner is its text
+        free_text_refuse({"owner": owner})
     if not isinstance(ttl_seconds, int) or not 1 <= ttl_seconds <= MAX_TTL_SECONDS:
         raise InvalidRequest(
             f"ttl_seconds must be between 1 and {MAX_TTL_SECONDS}.",

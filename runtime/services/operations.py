@@ -25,6 +25,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
+from cairn.credentials import free_text_refuse, free_text_screen
 from cairn.errors import (
     IdempotencyKeyReused,
     InvalidRequest,
@@ -110,6 +111,12 @@ def _check_text(values: dict[str, str]) -> None:
         raise InvalidRequest("The operation is not valid.", fields=problems)
 
 
+def _screened(reason: str, actor: Actor) -> str:
+    """A reason fit to store in the clear: a person's is refused if it looks like a
+    credential, a worker's (a provider's answer) withheld."""
+    return free_text_screen({"reason": reason}, refuse=actor.user is not None)["reason"]
+
+
 def _check_no_secret(value: Any, path: str) -> None:
     found = find_secret(value, path)
     if found:
@@ -181,9 +188,17 @@ def operation_reserve(
             "step and provider are at most 100 characters, client_reference at most 200."
         )
     _check_no_secret(request, "request")
-    # Both are stored and listed in clear, so they may not carry a credential either.
-    _check_no_secret(target, "target")
-    _check_no_secret(client_reference, "client_reference")
+    # Stored and listed in the clear, so none may carry a credential either.
+    free_text_refuse(
+        {
+            "idempotency_key": idempotency_key,
+            "action": action,
+            "target": target,
+            "request_fingerprint": request_fingerprint,
+            "step": step,
+            "client_reference": client_reference,
+        }
+    )
     with transaction.atomic():
         run = locked_run(tenant=tenant, run_id=run_id)
         facts = {"tenant": tenant, "run": run, "action": action, "target": target}
@@ -411,7 +426,9 @@ def operation_attempt(*, operation_id: UUID, note: str = "") -> ExternalOperatio
                 "operation is sent to its provider."
             )
         ExternalOperation.objects.filter(pk=operation.pk).update(
-            attempts=F("attempts") + 1, reason=note[:2000], updated_at=timezone.now()
+            attempts=F("attempts") + 1,
+            reason=free_text_screen({"note": note[:2000]}, refuse=False)["note"],
+            updated_at=timezone.now(),
         )
         operation.refresh_from_db()
         return operation
@@ -421,7 +438,8 @@ def operation_note(*, operation_id: UUID, note: str) -> None:
     """Record what was last learnt about an open operation (e.g. "the provider was
     unreachable"); the status is unchanged."""
     ExternalOperation.objects.filter(pk=operation_id).update(
-        reason=note[:2000], updated_at=timezone.now()
+        reason=free_text_screen({"note": note[:2000]}, refuse=False)["note"],
+        updated_at=timezone.now(),
     )
 
 
@@ -445,7 +463,7 @@ def operation_record_job(*, operation_id: UUID, job_id: str, actor: Actor) -> Ex
         raise InvalidRequest(
             "job_id may not contain control characters.", fields={"job_id": "control character"}
         )
-    _check_no_secret(job_id, "job_id")
+    free_text_refuse({"job_id": job_id})
     with transaction.atomic():
         operation = _locked(operation_id)
         if operation.provider_job_id == job_id:
@@ -496,6 +514,8 @@ def operation_confirm(
             fields={"provider_operation_id": "required"},
         )
     _check_no_secret(result, "result")
+    free_text_refuse({"provider_operation_id": provider_operation_id})
+    reason = _screened(reason, actor)
     with transaction.atomic():
         operation = _locked(operation_id)
         operation = _move(
@@ -529,6 +549,7 @@ def operation_fail(
     """
     if not isinstance(reason, str) or not reason.strip():
         raise InvalidRequest("Say why the operation failed.", fields={"reason": "required"})
+    reason = _screened(reason, actor)
     with transaction.atomic():
         operation = _locked(operation_id)
         operation = _move(
@@ -550,6 +571,7 @@ def operation_mark_unknown(
 
     Atomic; audited. Raises OperationStateConflict from confirmed or failed.
     """
+    reason = _screened(reason, actor)
     with transaction.atomic():
         operation = _locked(operation_id)
         return _move(

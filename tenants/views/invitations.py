@@ -105,12 +105,15 @@ def my_tokens(request: HttpRequest) -> HttpResponse:
             if not form.is_valid():
                 refusal, status = "A token label has at most 100 characters.", 400
             else:
-                issued, secret = token_issue(
-                    tenant=access.tenant,
-                    user=request.user,
-                    actor=access.actor,
-                    name=form.cleaned_data["name"],
-                )
+                try:
+                    issued, secret = token_issue(
+                        tenant=access.tenant,
+                        user=request.user,
+                        actor=access.actor,
+                        name=form.cleaned_data["name"],
+                    )
+                except CairnError as error:  # a label that looks like a credential
+                    refusal, status = error.detail, error.status
     tokens = ApiToken.objects.filter(tenant=access.tenant, user=request.user).order_by(
         "-created_at"
     )
