@@ -53,6 +53,30 @@ class Pagination(CursorPagination):
             raise ValidationError(NOT_OURS)
         return Cursor(offset=offset, reverse=reverse, position=position)
 
+    def get_page_size(self, request: Request) -> int:
+        """``?limit=`` is a whole number from 1 to 500, or a 400 (docs/api.md): ``null``,
+        ``true``, ``-18882`` or ``text`` were silently read as the default."""
+        given = request.query_params.get(self.page_size_query_param)
+        if given is None:
+            return self.page_size
+        if not (given.isascii() and given.isdigit() and 1 <= int(given) <= self.max_page_size):
+            raise ValidationError(
+                {self.page_size_query_param: f"a whole number from 1 to {self.max_page_size}"}
+            )
+        return int(given)
+
+    def get_schema_operation_parameters(self, view):  # noqa: ANN001, ANN201
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"] = {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": self.max_page_size,
+                    "default": self.page_size,
+                }
+        return parameters
+
     def paginate_queryset(self, queryset, request, view=None):  # noqa: ANN001, ANN201
         # A decodable cursor whose position is not a value of the ordering column (made by
         # hand) fails when the page is read: that is the caller's error too.

@@ -11,6 +11,9 @@ ERROR_REF = {"$ref": "#/components/schemas/Error"}
 COMMON = {
     "401": "No valid credentials: a bearer token or a signed-in session is required.",
     "403": "Signed in, but your role in this tenant does not allow this.",
+    # Answered by the web server itself, as its own HTML page (gunicorn: a request line
+    # over 4094 bytes).
+    "414": "The address and query string are longer than the server reads.",
     "503": "The database cannot be reached; nothing was changed (database_unavailable).",
 }
 # Any address: a NUL character in the path, the query string or a JSON body is refused
@@ -67,7 +70,9 @@ def add_common_responses(result, generator, request, public):  # noqa: ANN001, A
                     status,
                     {
                         "description": description,
-                        "content": {"application/json": {"schema": ERROR_REF}},
+                        "content": {"application/json": {"schema": ERROR_REF}}
+                        if status != "414"
+                        else {"text/html": {"schema": {"type": "string"}}},
                     },
                 )
     return result

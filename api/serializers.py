@@ -10,14 +10,43 @@ from checkpoints.models import Artifact, Checkpoint, Execution, Run, WorkflowDef
 from checkpoints.services.budgets import BUDGET_LIMIT_MAX, budget_remaining
 
 
+def _json_type_problem(field: serializers.Field, value: Any) -> str | None:
+    """Why ``value`` is not of the JSON type the schema gives ``field`` (DRF would coerce
+    0 to "0", "5" to 5, "true" to True), or None."""
+    if value is None:
+        return None
+    if isinstance(field, serializers.CharField) and not isinstance(value, str):
+        return "Must be a string."
+    if isinstance(field, serializers.BooleanField) and not isinstance(value, bool):
+        return "Must be true or false."
+    if isinstance(field, serializers.IntegerField) and (
+        isinstance(value, bool) or not isinstance(value, int)
+    ):
+        return "Must be a whole number."
+    if isinstance(field, serializers.FloatField) and (
+        isinstance(value, bool) or not isinstance(value, int | float)
+    ):
+        return "Must be a number."
+    return None
+
+
 class StrictSerializer(serializers.Serializer):
-    """Unknown fields are an error, not silently dropped: a typo must not lose data."""
+    """What the OpenAPI document says is what is accepted: unknown fields are an error, not
+    silently dropped (a typo must not lose data), and a value of another JSON type than its
+    field's is an error, not coerced (``{"reason": 0}`` is not the reason "0")."""
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):
             unknown = set(data) - set(self.fields)
             if unknown:
                 raise serializers.ValidationError({k: ["Unknown field."] for k in sorted(unknown)})
+            mistyped = {
+                name: [problem]
+                for name, field in self.fields.items()
+                if name in data and (problem := _json_type_problem(field, data[name]))
+            }
+            if mistyped:
+                raise serializers.ValidationError(mistyped)
         return super().to_internal_value(data)
 
 

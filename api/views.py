@@ -111,7 +111,7 @@ class RunListView(CairnAPIView):
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        if params.get("status") and params["status"] not in RunStatus.values:
+        if "status" in params and params["status"] not in RunStatus.values:
             return Response(
                 {
                     "code": "invalid_request",

@@ -40,7 +40,8 @@ NOT_OURS = {
 ISSUE_MENTION = re.compile(r"\b[Ii]ssues? #?\d+")
 ROUTE_HEADING = re.compile(r"^### (GET|POST|PUT|PATCH|DELETE) (/\S+)$", re.M)
 # Every authenticated route may answer these; api.md says so once, under "Errors".
-COMMON_CODES = {"400", "401", "403", "411", "413", "503"}
+# Listed once in the conventions of docs/api.md, for every route (414: the web server).
+COMMON_CODES = {"400", "401", "403", "411", "413", "414", "503"}
 
 
 def section(text: str, heading_at: int) -> str:

@@ -50,7 +50,9 @@ class ApprovalRequestSerializer(serializers.ModelSerializer):
     requester = serializers.CharField(source="requester_label", read_only=True)
     status = serializers.ChoiceField(choices=ApprovalStatus.values, read_only=True)
     decisions = ApprovalDecisionSerializer(many=True, read_only=True)
-    previous_request_id = serializers.UUIDField(source="previous_id", read_only=True)
+    previous_request_id = serializers.UUIDField(
+        source="previous_id", read_only=True, allow_null=True
+    )
 
     class Meta:
         model = ApprovalRequest

@@ -82,7 +82,8 @@ class ApprovalListView(CairnAPIView):
         summary="The caller's review queue (or the tenant's requests in a status)",
     )
     def get(self, request: Request) -> Response:
-        status = request.query_params.get("status") or ApprovalStatus.PENDING
+        # Absent is the queue; present, even empty, must name a status (the document's enum).
+        status = request.query_params.get("status", ApprovalStatus.PENDING)
         if status not in ApprovalStatus.values:
             raise InvalidRequest(
                 f"Unknown approval status '{status}'.", fields={"status": "not an approval status"}
