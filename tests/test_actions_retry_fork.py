@@ -243,7 +243,15 @@ def test_fork_warns_about_effects_confirmed_after_the_checkpoint(acme, bob):
         run,
         bob,
         "review",
-        envelope={"side_effects": [{"idempotency_key": "notify-1", "status": "confirmed"}]},
+        envelope={
+            "side_effects": [
+                {
+                    "idempotency_key": "notify-1",
+                    "status": "confirmed",
+                    "provider_operation_id": "prov-1",
+                }
+            ]
+        },
     )
     run = advance(run, bob, "publish")
     operation(run, "publish-1", "confirmed")

@@ -39,8 +39,8 @@ NOT_OURS = {
 # "issue 15", "issues 13 and 19", "issue #16": the tracker's numbers, not the repository's.
 ISSUE_MENTION = re.compile(r"\b[Ii]ssues? #?\d+")
 ROUTE_HEADING = re.compile(r"^### (GET|POST|PUT|PATCH|DELETE) (/\S+)$", re.M)
-# Every authenticated route may answer these; api.md says so once, under "Errors".
-# Listed once in the conventions of docs/api.md, for every route (414: the web server).
+# Every authenticated route may answer these; api.md says so once, under "Errors" (414: the
+# web server itself).
 COMMON_CODES = {"400", "401", "403", "411", "413", "414", "503"}
 
 

@@ -290,9 +290,35 @@ ledger = Workflow("ledger", version="1")
 @ledger.step("note", next="done")
 def note(ctx):  # noqa: ANN001, ANN201
     # A side effect recorded by hand through the context's public commit (the effect API's
-    # way), with the worker holding the lease.
+    # way), with the worker holding the lease: its operation is reserved and confirmed first,
+    # as a commit names only the run's own operations as they stand.
+    from checkpoints.models import Run
+    from runtime.services.operations import operation_confirm, operation_reserve
+    from tenants.services import Actor
+
+    run = Run.objects.select_related("tenant").get(pk=ctx.run_id)
+    key = f"ledger.{ctx.run_id}"
+    operation, _ = operation_reserve(
+        tenant=run.tenant,
+        run_id=run.pk,
+        idempotency_key=key,
+        action="note",
+        target="ledger",
+        request_fingerprint="f",
+        actor=Actor.system("step"),
+    )
+    operation_confirm(
+        operation_id=operation.id, provider_operation_id="n-1", result={}, actor=Actor.system("s")
+    )
     ctx.commit_side_effects(
-        [{"idempotency_key": f"ledger.{ctx.run_id}", "action": "note", "status": "confirmed"}]
+        [
+            {
+                "idempotency_key": key,
+                "action": "note",
+                "status": "confirmed",
+                "provider_operation_id": "n-1",
+            }
+        ]
     )
     return {"noted": True}
 
@@ -313,7 +339,12 @@ def test_a_step_commits_its_side_effects_under_its_lease_through_the_context(acm
         ("note", "", "worker worker-a"),  # the side-effects checkpoint names no step
         ("done", "note", "worker worker-a"),
     ]
-    entry = {"idempotency_key": f"ledger.{run.pk}", "action": "note", "status": "confirmed"}
+    entry = {
+        "idempotency_key": f"ledger.{run.pk}",
+        "action": "note",
+        "status": "confirmed",
+        "provider_operation_id": "n-1",
+    }
     assert envelope_at(run, 2)["side_effects"] == [entry]
     assert envelope_at(run, 3)["side_effects"] == [entry]  # the step's own commit keeps it
     assert run_verify(tenant=acme, run_id=run.pk)["ok"]

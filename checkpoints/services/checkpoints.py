@@ -44,6 +44,8 @@ from checkpoints.models import (
     Artifact,
     Checkpoint,
     Execution,
+    ExternalOperation,
+    OperationStatus,
     Run,
     RunStatus,
 )
@@ -524,10 +526,11 @@ def _commit_plan(
         )
     groups = dict(request.groups)
     missing = [g for g in env.CLIENT_GROUPS if g not in groups]
-    if missing:
-        parent_envelope = latest_envelope(run)
-        for group in missing:
-            groups[group] = parent_envelope.get(group, {} if group != "side_effects" else [])
+    parent_envelope = latest_envelope(run) if missing else None
+    for group in missing:
+        groups[group] = parent_envelope.get(group, {} if group != "side_effects" else [])
+    if request.groups.get("side_effects"):
+        _check_side_effects(run, request.groups["side_effects"], parent_envelope)
     sequence = run.checkpoint_sequence + 1
     checkpoint_id = uuid.uuid4()
     full = checkpoint_build(
@@ -612,6 +615,53 @@ def _commit_plan(
         now=now,
     )
     return write, full
+
+
+def _check_side_effects(
+    run: RunHead, entries: list[Any], parent_envelope: dict[str, Any] | None
+) -> None:
+    """A writer's ``side_effects`` speak of the run's own operations: each entry names a key
+    this run reserved (not a key never reserved, nor another run's or tenant's), and says
+    ``confirmed`` only with the provider id the operation was confirmed with. An entry the
+    parent checkpoint already carried (a fork inherits its source's entries) stays as it
+    was. Reads one statement (and the parent's envelope for an entry with no row here).
+    Raises InvalidEnvelope (422) naming each entry that does not hold."""
+    keys = {e.get("idempotency_key") for e in entries if isinstance(e, dict)}
+    rows = {
+        key: (status, provider_id)
+        for key, status, provider_id in ExternalOperation.objects.filter(
+            tenant_id=run.tenant_id, run_id=run.id, idempotency_key__in=keys
+        ).values_list("idempotency_key", "status", "provider_operation_id")
+    }
+    problems: dict[str, str] = {}
+    inherited: list[Any] | None = None
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            continue  # the schema names it
+        where = f"side_effects.{index}"
+        row = rows.get(entry.get("idempotency_key"))
+        if row is None:
+            if inherited is None:
+                parent = parent_envelope if parent_envelope is not None else latest_envelope(run)
+                inherited = parent.get("side_effects") or []
+            if entry not in inherited:
+                problems[where] = "names an idempotency key this run never reserved"
+            continue
+        status, provider_id = row
+        if entry.get("status") == OperationStatus.CONFIRMED and (
+            not entry.get("provider_operation_id")
+            or status != OperationStatus.CONFIRMED
+            or entry.get("provider_operation_id") != provider_id
+        ):
+            problems[where] = "says confirmed, but the operation is " + (
+                f"confirmed as {provider_id}" if status == OperationStatus.CONFIRMED else status
+            )
+    if problems:
+        raise InvalidEnvelope(
+            "The side effects must be the run's own operations as they stand (reserve a key "
+            "with POST /runs/{id}/operations, confirm it with …/confirm).",
+            fields=problems,
+        )
 
 
 def _commit_execute(write: commit_sql.CommitWrite, full: dict[str, Any]) -> int | None:
