@@ -23,16 +23,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import secrets
-import socket
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.utils import timezone
 
+from cairn import clock
 from cairn.errors import (
     ArtifactHashMismatch,
     BudgetExhausted,
@@ -44,7 +41,7 @@ from cairn.errors import (
 )
 from checkpoints.crypto import MissingKeyError
 from checkpoints.envelope import json_problem
-from checkpoints.models import Checkpoint, Execution, Run, RunStatus, WorkerHeartbeat
+from checkpoints.models import Checkpoint, Execution, Run, RunStatus
 from checkpoints.services.budgets import budget_exhausted
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS, CommitResult, checkpoint_commit
 from checkpoints.services.commit_sql import RunHead, run_lease_check
@@ -56,6 +53,7 @@ from . import hooks
 from .context import StepContext, evidence_normalize
 from .definition import Next, StepSpec, Workflow
 from .errors import LeaseLost, PermanentStepError, RetryableStepError
+from .heartbeats import heartbeat_start
 from .lease import LeaseKeeper, used_merge
 from .model_client import ModelClient, ModelError, model_client_default
 from .registry import workflow_code
@@ -77,31 +75,6 @@ WORKABLE = frozenset(
 # Side-effect statuses a restore has nothing to settle for: the lean loop may go on.
 SETTLED_EFFECTS = frozenset({"confirmed", "failed"})
 
-_identity: tuple[int, str] | None = None
-_heartbeat_at: float = 0.0
-
-
-def worker_identity() -> str:
-    """This process's lease owner name (one per process: prefork children differ)."""
-    global _identity
-    pid = os.getpid()
-    if _identity is None or _identity[0] != pid:
-        _identity = (pid, f"{socket.gethostname()}:{pid}:{secrets.token_hex(3)}")
-    return _identity[1]
-
-
-def worker_heartbeat(owner: str) -> None:
-    """Tell the health page this worker is alive (at most every 10 seconds)."""
-    global _heartbeat_at
-    now = timezone.now()
-    if now.timestamp() - _heartbeat_at < 10:
-        return
-    _heartbeat_at = now.timestamp()
-    WorkerHeartbeat.objects.update_or_create(
-        worker_id=owner[:200],
-        defaults={"hostname": socket.gethostname()[:200], "pid": os.getpid(), "last_seen_at": now},
-    )
-
 
 def run_advance(
     *,
@@ -118,7 +91,9 @@ def run_advance(
 
     Never raises for a domain condition; every write it makes is a service transaction.
     """
-    owner = owner or worker_identity()
+    # This process beats before it takes any lease, so if it dies holding one, the rescue
+    # knows within seconds (runtime.heartbeats).
+    owner = owner or heartbeat_start()
     try:  # get(), not first(): no ORDER BY to build for a primary key
         run = Run.objects.select_related("workflow", "tenant").get(pk=run_id)
     except Run.DoesNotExist:
@@ -135,7 +110,7 @@ def run_advance(
     if (
         run.status == RunStatus.WAITING_RETRY
         and run.next_eligible_at
-        and run.next_eligible_at > timezone.now()
+        and run.next_eligible_at > clock.now()  # the outbox published it on the database's
     ):
         return "not_due"
     try:
@@ -159,7 +134,6 @@ def run_advance(
             "took over an expired lease (restore)",
             extra={"run": str(run.pk), "restore_count": lease.restore_count},
         )
-    worker_heartbeat(owner)
     run.lease_owner, run.lease_expires_at = owner, lease.expires_at
     run.restore_count = lease.restore_count
     keeper = LeaseKeeper(
@@ -355,7 +329,7 @@ class _Advance:
                 state=self.run.state, step="", groups=groups, status=RunStatus.FAILED, reason=reason
             )
         delay = settings.CAIRN_RETRY_DELAY_SECONDS if delay is None else max(0.0, float(delay))
-        eligible = timezone.now() + timedelta(seconds=delay)
+        eligible = clock.now() + timedelta(seconds=delay)  # due on the database's clock
         reason = f"attempt {attempts} ({spec.name}) failed: {reason}"
         groups = self.groups(
             restored,

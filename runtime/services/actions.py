@@ -28,6 +28,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from cairn import clock
 from cairn.errors import (
     ActionNotAllowed,
     BudgetExhausted,
@@ -333,7 +334,7 @@ def grant_refusal_while_leased(run: Run) -> str | None:
     being executed under the current version, and a grant moves the version, so that step's
     commit would be refused as stale and the step (its paid model calls too) would run again.
     """
-    if not run.lease_held():
+    if not run.lease_held(clock.db_now()):  # nothing checks it again: the database's time
         return None
     return (
         f"A worker is running this run right now ({run.lease_owner} holds its lease until "
