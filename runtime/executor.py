@@ -39,6 +39,7 @@ from cairn.errors import (
     LeaseHeld,
     RunNotActive,
 )
+from cairn.faults import fault_point
 from checkpoints.crypto import MissingKeyError
 from checkpoints.envelope import json_problem
 from checkpoints.models import Checkpoint, Execution, Run, RunStatus
@@ -134,6 +135,7 @@ def run_advance(
             "took over an expired lease (restore)",
             extra={"run": str(run.pk), "restore_count": lease.restore_count},
         )
+    fault_point("run.leased")  # a worker may die right here, holding the lease
     run.lease_owner, run.lease_expires_at = owner, lease.expires_at
     run.restore_count = lease.restore_count
     keeper = LeaseKeeper(
@@ -361,6 +363,7 @@ class _Advance:
         # The move past an approval state records the decision it used: transition
         # evidence, which retention keeps.
         if outcome.decision == "approved":
+            fault_point("approval.consumed")  # the approval is used; the move is not in yet
             return self.commit(state=spec.next, step=spec.state, groups=groups, is_evidence=True)
         reason = outcome.reason or "the reviewer rejected the request"
         groups["control"]["reason"] = reason

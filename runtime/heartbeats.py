@@ -35,6 +35,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from cairn import clock
 from checkpoints.models import WorkerHeartbeat
@@ -103,9 +104,9 @@ def heartbeat_beat(owner: str) -> float | None:
     """One beat (two statements): read the database's time, measuring this clock's offset
     from it, and write it as the worker's ``last_seen_at``. Returns the offset in seconds
     (this clock minus the database's), or None when the round trip was too slow to tell."""
-    before = time.time()
+    before = timezone.now().timestamp()
     db_time = clock.db_now()
-    after = time.time()
+    after = timezone.now().timestamp()
     offset = None
     if after - before <= _MEASURE_MAX_ROUND_TRIP:
         offset = round((before + after) / 2 - db_time.timestamp(), 3)

@@ -115,9 +115,7 @@ def test_a_writer_whose_clock_runs_fast_cannot_commit_under_a_healthy_lease(run,
     assert (run.checkpoint_sequence, run.lease_owner) == (1, "healthy")
 
 
-def test_a_commit_renews_the_lease_and_claims_its_command_on_the_databases_clock(
-    run, clock_off
-):  # noqa: ANN001
+def test_a_commit_renews_the_lease_and_claims_its_command_on_the_databases_clock(run, clock_off):  # noqa: ANN001
     lease(run, "slow")
     clock_off(-1)
     result = _commit(run, "slow")
