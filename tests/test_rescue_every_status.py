@@ -11,24 +11,28 @@ The runs are the demo ``research`` workflow, carried by an in-process worker (th
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest, ApprovalStatus
-from checkpoints.models import ExternalOperation, OutboxMessage, Run, RunStatus
+from checkpoints.models import ExternalOperation, Run, RunStatus
 from runtime import tasks
-from runtime.executor import run_advance
 from runtime.rescue import STRANDED
 from runtime.services.cancel import run_cancel
 from tenants.services import Actor
 from tests.actions_support import operation
 from tests.approvals_support import decide, start_demo
+from tests.liveness_support import (
+    LONG_AGO,
+    deliver,
+    die_holding_the_lease,
+    lose_every_command,
+    waiting,
+)
 
 pytestmark = pytest.mark.django_db
 
-LONG_AGO = timedelta(minutes=10)
 # The statuses no lost command can strand: a person moves the run on, or it has ended.
 WAITS_OR_ENDED = {
     RunStatus.PAUSED_FOR_REVIEW: "an operator resumes it",
@@ -46,45 +50,6 @@ def _shipped(settings, publishing_service):  # noqa: ANN001
     settings.CELERY_BEAT_SCHEDULE = {
         key: {**entry, "schedule": 0.0} for key, entry in settings.CELERY_BEAT_SCHEDULE.items()
     }
-
-
-def lose_every_command(run: Run) -> None:
-    """Every command of the run went to the broker long ago, and the broker lost it."""
-    OutboxMessage.objects.filter(run=run).update(
-        sent_at=timezone.now() - LONG_AGO, claimed_until=None
-    )
-    Run.objects.filter(pk=run.pk).update(updated_at=timezone.now() - LONG_AGO)
-
-
-def die_holding_the_lease(run: Run) -> None:
-    """A worker took the run's lease (and its command with it), then was killed."""
-    lose_every_command(run)
-    Run.objects.filter(pk=run.pk).update(
-        lease_owner="killed:1:abc", lease_expires_at=timezone.now() - timedelta(seconds=1)
-    )
-
-
-def deliver(run: Run) -> list[str]:
-    """Hand every queued command of the run to a worker, as the broker would."""
-    outcomes = []
-    for message in OutboxMessage.objects.filter(
-        run=run, kind="run.resume", sent_at__isnull=True
-    ).order_by("id"):
-        OutboxMessage.objects.filter(pk=message.pk).update(sent_at=timezone.now())
-        outcomes.append(
-            run_advance(
-                run_id=run.pk,
-                expected_version=message.payload["expected_version"],
-                owner="rescuer",
-            )
-        )
-    return outcomes
-
-
-def waiting(acme, bob) -> Run:  # noqa: ANN001
-    run = start_demo(acme, bob)
-    assert deliver(run) == ["waiting_approval"]
-    return Run.objects.get(pk=run.pk)
 
 
 def request_of(run: Run) -> ApprovalRequest:
