@@ -65,8 +65,7 @@ def _say_on_the_run(
         what = f"approval expired at {when} with no decision"
     if fresh is not None:
         reason = (
-            f"{what}; a new request was raised, open until "
-            f"{fresh.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+            f"{what}; a new request was raised, open until {fresh.expires_at:%Y-%m-%d %H:%M:%S} UTC"
         )
     else:
         reason = (
