@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 # Without DATABASE_URL the suite runs on SQLite and leaves out the PostgreSQL-only tests.
 PYTEST_MARKERS := $(if $(DATABASE_URL),,-m "not postgres")
 
-.PHONY: install run test rehearsal lint format bench browser-deps php-deps clean
+.PHONY: install run test rehearsal chaos lint format bench browser-deps php-deps faketime-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,12 +28,18 @@ php-deps:
 		echo "Installing Debian's php-cli and php-curl for the PHP runner test…"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq php-cli php-curl; }
 
+# The clock-skew tests run real workers under Debian's faketime (a worker whose clock is off).
+faketime-deps:
+	@command -v faketime >/dev/null 2>&1 || { \
+		echo "Installing Debian's faketime for the clock-skew tests…"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime; }
+
 run: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
 	$(PY) manage.py cairn_up
 
-test: install browser-deps php-deps
+test: install browser-deps php-deps faketime-deps
 	$(PY) -m pytest $(PYTEST_MARKERS) $(PYTEST_ARGS)
 
 # The multi-machine rehearsal alone (web, scheduler and two workers with separate homes on
