@@ -38,6 +38,7 @@ from cairn.errors import (
     IllegalTransition,
     LeaseHeld,
     RunNotActive,
+    StorageUnavailable,
 )
 from cairn.faults import fault_point
 from checkpoints.crypto import MissingKeyError
@@ -273,6 +274,8 @@ class _Advance:
             failure = ("fail", exc.reason, None)
         except ModelError as exc:
             failure = ("retry" if exc.retryable else "fail", str(exc), None)
+        except StorageUnavailable as exc:  # a full disk, an unreachable bucket: try later
+            failure = ("retry", exc.detail, None)
         except MissingKeyError as exc:
             # Retrying cannot help: no worker with these keys can read what the step needs.
             keeper.stop_renewing()
