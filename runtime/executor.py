@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
+from django.db import InterfaceError, OperationalError, connection
 
 from cairn import clock
 from cairn.errors import (
@@ -147,8 +149,37 @@ def run_advance(
     except LeaseLost as exc:
         log.warning("lease lost; work discarded", extra={"run": str(run.pk), "why": str(exc)})
         return "lease_lost"
+    except DATABASE_LOST:
+        # The database went away mid-task (a restart, a failover): this step's work is lost,
+        # and the run is handed back as soon as the database answers again, so it does not
+        # sit out this worker's lease (the command that brought it here is spent).
+        keeper.stop_renewing()
+        log.warning("database lost mid-task; handing the run back", extra={"run": str(run.pk)})
+        return "handed_back" if _hand_back_when_it_answers(run, owner) else "database_lost"
     finally:
         keeper.release()
+
+
+# A database that went away (the connection broke, the server restarted), not a query error.
+DATABASE_LOST = (OperationalError, InterfaceError)
+HAND_BACK_PATIENCE_SECONDS = 60.0
+
+
+def _hand_back_when_it_answers(run: Run, owner: str) -> bool:
+    """End this worker's lease of ``run`` and queue it again, once the database answers
+    (within ``HAND_BACK_PATIENCE_SECONDS``; after that the lease expires by itself)."""
+    from .rescue import run_lease_end
+
+    deadline = time.monotonic() + HAND_BACK_PATIENCE_SECONDS
+    while True:
+        if not connection.in_atomic_block:  # (a test's transaction: nothing broke)
+            connection.close_if_unusable_or_obsolete()  # a broken one: the next reconnects
+        try:
+            return run_lease_end(run=run, owner=owner, why="run handed back after a database loss")
+        except DATABASE_LOST:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(1.0)
 
 
 class _Advance:

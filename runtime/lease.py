@@ -222,16 +222,19 @@ class LeaseKeeper:
             connection.close()  # this thread's own connection
 
     def release(self) -> None:
+        """End renewal, mark this worker's own command done and release the lease. Never
+        raises: a database that is away leaves the lease to expire (and the command's
+        claim with it), which the rescue then finds."""
         self._end_renewing()
-        if self.taken_outbox_id is not None:
-            # This worker carried out the command itself (or the run moved on): done.
-            OutboxMessage.objects.filter(pk=self.taken_outbox_id, sent_at__isnull=True).update(
-                sent_at=timezone.now()
-            )
-            self.taken_outbox_id = None
-        if self.released:
-            return  # the task's last commit released it in its own statement
         try:
+            if self.taken_outbox_id is not None:
+                # This worker carried out the command itself (or the run moved on): done.
+                OutboxMessage.objects.filter(pk=self.taken_outbox_id, sent_at__isnull=True).update(
+                    sent_at=timezone.now()
+                )
+                self.taken_outbox_id = None
+            if self.released:
+                return  # the task's last commit released it in its own statement
             lease_release(tenant=self.tenant, run_id=self.run_id, owner=self.owner)
         except Exception:
             log.exception("lease release failed", extra={"run": str(self.run_id)})

@@ -122,20 +122,26 @@ def runs_rescue_dead_workers(*, limit: int = 500) -> int:
     )
     count = 0
     for run in held:
-        with transaction.atomic():
-            # Its lease ends now, on the database's clock, and so does the claim on the
-            # command it was carrying out itself; then it is re-queued as any stranded run.
-            ended = Run.objects.filter(pk=run.pk, lease_owner=run.lease_owner).update(
-                lease_expires_at=Now()
-            )
-            if not ended:
-                continue
-            OutboxMessage.objects.filter(
-                run=run, kind="run.resume", sent_at__isnull=True, claimed_until__gt=Now()
-            ).update(claimed_until=Now())
-            _requeue(run, why="run of a dead worker re-queued")
-        count += 1
+        count += run_lease_end(run=run, owner=run.lease_owner, why="run of a dead worker re-queued")
     return count
+
+
+def run_lease_end(*, run: Run, owner: str, why: str) -> bool:
+    """End ``owner``'s lease of the run now (on the database's clock) and queue the run
+    again at its version, in one transaction: for a worker that is dead, or that lost the
+    database in the middle of a task. The claim on the command it was carrying out itself
+    ends with the lease, so the run gets one command. The next worker's lease is a take-over
+    (a restore). Returns False, writing nothing, when ``owner`` no longer holds it."""
+    with transaction.atomic():
+        ended = Run.objects.filter(pk=run.pk, lease_owner=owner, status__in=LEASED_STATUSES)
+        if not ended.update(lease_expires_at=Now()):
+            return False
+        OutboxMessage.objects.filter(
+            run=run, kind="run.resume", sent_at__isnull=True, claimed_until__gt=Now()
+        ).update(claimed_until=Now())
+        run = Run.objects.get(pk=run.pk)  # its version now, under the same transaction
+        _requeue(run, why=why)
+    return True
 
 
 def _requeue(run: Run, *, why: str) -> None:
