@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 # Without DATABASE_URL the suite runs on SQLite and leaves out the PostgreSQL-only tests.
 PYTEST_MARKERS := $(if $(DATABASE_URL),,-m "not postgres")
 
-.PHONY: install run test rehearsal chaos lint format bench browser-deps php-deps faketime-deps clean
+.PHONY: install run test rehearsal chaos chaos-ci lint format bench browser-deps php-deps faketime-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,17 @@ REHEARSAL_BROKER := $(if $(RABBITMQ),CAIRN_TEST_BROKER_URL=amqp://guest:guest@12
 rehearsal: install
 	DATABASE_URL=$(or $(DATABASE_URL),postgres://postgres@127.0.0.1:5432/cairn) $(REHEARSAL_BROKER) \
 		$(PY) -m pytest tests/test_rehearsal_multi_machine.py $(PYTEST_ARGS)
+
+# The chaos rehearsal (tests/chaos_rehearsal.py): its own PostgreSQL cluster and Redis on
+# free ports, a web process, a beat and workers as shipped; runs with approvals and
+# publications while workers are SIGKILLed, the broker and the database restarted. CI runs
+# the bounded one (chaos-ci, about two minutes); `make chaos` is the longer bad day.
+CHAOS_ARGS ?= --runs 400 --spread 180 --kill-every 6 --workers 3
+chaos: install
+	$(PY) -m tests.chaos_rehearsal $(CHAOS_ARGS)
+
+chaos-ci: install
+	$(PY) -m tests.chaos_rehearsal --runs 100 --spread 45 --kill-every 8
 
 # ruff, then the layering: the import contracts in pyproject.toml ([tool.importlinter]).
 lint: install
