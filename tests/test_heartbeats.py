@@ -36,6 +36,7 @@ def seen(worker_id: str, seconds_ago: float) -> None:
 
 
 def test_a_beat_is_the_databases_time_and_measures_the_workers_clock(monkeypatch):
+    monkeypatch.setattr(clock, "_offset_seconds", 0.0)  # this process's, restored after
     real = timezone.now
     monkeypatch.setattr(timezone, "now", lambda: real() + timedelta(seconds=120))
     offset = heartbeat_beat("host:1:abc")
