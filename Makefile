@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 # Without DATABASE_URL the suite runs on SQLite and leaves out the PostgreSQL-only tests.
 PYTEST_MARKERS := $(if $(DATABASE_URL),,-m "not postgres")
 
-.PHONY: install run test rehearsal lint format bench browser-deps php-deps clean
+.PHONY: install run test rehearsal chaos chaos-ci lint format bench browser-deps php-deps faketime-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,12 +28,18 @@ php-deps:
 		echo "Installing Debian's php-cli and php-curl for the PHP runner test…"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq php-cli php-curl; }
 
+# The clock-skew tests run real workers under Debian's faketime (a worker whose clock is off).
+faketime-deps:
+	@command -v faketime >/dev/null 2>&1 || { \
+		echo "Installing Debian's faketime for the clock-skew tests…"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime; }
+
 run: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
 	$(PY) manage.py cairn_up
 
-test: install browser-deps php-deps
+test: install browser-deps php-deps faketime-deps
 	$(PY) -m pytest $(PYTEST_MARKERS) $(PYTEST_ARGS)
 
 # The multi-machine rehearsal alone (web, scheduler and two workers with separate homes on
@@ -43,6 +49,17 @@ REHEARSAL_BROKER := $(if $(RABBITMQ),CAIRN_TEST_BROKER_URL=amqp://guest:guest@12
 rehearsal: install
 	DATABASE_URL=$(or $(DATABASE_URL),postgres://postgres@127.0.0.1:5432/cairn) $(REHEARSAL_BROKER) \
 		$(PY) -m pytest tests/test_rehearsal_multi_machine.py $(PYTEST_ARGS)
+
+# The chaos rehearsal (tests/chaos_rehearsal.py): its own PostgreSQL cluster and Redis on
+# free ports, a web process, a beat and workers as shipped; runs with approvals and
+# publications while workers are SIGKILLed, the broker and the database restarted. CI runs
+# the bounded one (chaos-ci, about two minutes); `make chaos` is the longer bad day.
+CHAOS_ARGS ?= --runs 400 --spread 180 --kill-every 6 --workers 3
+chaos: install
+	$(PY) -m tests.chaos_rehearsal $(CHAOS_ARGS)
+
+chaos-ci: install
+	$(PY) -m tests.chaos_rehearsal --runs 100 --spread 45 --kill-every 8
 
 # ruff, then the layering: the import contracts in pyproject.toml ([tool.importlinter]).
 lint: install

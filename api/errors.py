@@ -54,7 +54,10 @@ def _flatten(detail, prefix: str = "") -> dict[str, str]:  # noqa: ANN001
 
 def exception_handler(exc, context):  # noqa: ANN001, ANN201
     if isinstance(exc, CairnError):
-        return Response(error_body(exc.code, exc.detail, exc.fields), status=exc.status)
+        response = Response(error_body(exc.code, exc.detail, exc.fields), status=exc.status)
+        if exc.retry_after is not None:
+            response["Retry-After"] = str(exc.retry_after)
+        return response
     if isinstance(exc, RequestDataTooBig):
         return Response(
             error_body("payload_too_large", "The request body is too large."), status=413

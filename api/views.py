@@ -248,7 +248,17 @@ class ArtifactCreateView(CairnAPIView):
                 enum=["source", "draft", "model_context", "tool_result", "other"],
             )
         ],
-        responses={201: s.ArtifactSerializer, 200: s.ArtifactSerializer, **_errors(400, 413)},
+        responses={
+            201: s.ArtifactSerializer,
+            200: s.ArtifactSerializer,
+            **_errors(400, 413),
+            503: OpenApiResponse(
+                s.ErrorSerializer,
+                description="The database (database_unavailable) or the artifact storage "
+                "(storage_unavailable: a full or read-only disk, an unreachable bucket) cannot "
+                "take the write; nothing was stored. Retry-After says when to send it again.",
+            ),
+        },
         summary="Store an artifact (content-addressed)",
     )
     def post(self, request: Request) -> Response:

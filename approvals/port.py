@@ -11,13 +11,26 @@ import logging
 from typing import Any, Literal
 from uuid import UUID
 
+from django.db.models import QuerySet
+
 from approvals.models import ApprovalStatus
-from approvals.selectors import approved_request_for_version
+from approvals.selectors import (
+    DECIDED_STATUSES,
+    approved_request_for_version,
+    request_awaited,
+    runs_with_unused_decision,
+)
 from approvals.services import approval_gate
 from approvals.services.closing import approval_requests_close
 from approvals.services.gate import approval_commit_check, approval_consume
 from cairn.errors import ArtifactHashMismatch
-from checkpoints.approvals_port import ApprovalOutcome, ApprovalState, ApprovalUse, CommitRun
+from checkpoints.approvals_port import (
+    ApprovalOutcome,
+    ApprovalState,
+    ApprovalUse,
+    AwaitedApproval,
+    CommitRun,
+)
 from checkpoints.models import Run
 from tenants.services import Actor
 
@@ -120,6 +133,20 @@ class ApprovalsApp:
     def approved_request_id(self, *, run: Run) -> UUID | None:
         approved = approved_request_for_version(run)
         return approved.pk if approved is not None else None
+
+    def runs_with_unused_decision(self, *, runs: QuerySet[Run]) -> QuerySet[Run]:
+        return runs_with_unused_decision(runs)
+
+    def approval_awaited(self, *, run: Run) -> AwaitedApproval | None:
+        request = request_awaited(run)
+        if request is None:
+            return None
+        return AwaitedApproval(
+            request_id=request.pk,
+            status=request.status,
+            expires_at=request.expires_at,
+            decided=request.status in DECIDED_STATUSES,
+        )
 
 
 port = ApprovalsApp()

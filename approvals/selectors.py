@@ -108,3 +108,28 @@ def approved_request_for_version(run: Run) -> ApprovalRequest | None:
         .order_by("-created_at")
         .first()
     )
+
+
+# What counts as decided: a decision only the run's command has to carry out.
+DECIDED_STATUSES = (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED, ApprovalStatus.CONSUMED)
+
+
+def runs_with_unused_decision(runs: QuerySet) -> QuerySet:
+    """``runs`` narrowed to those with a request bound to their current version that was
+    decided (approved, rejected) or consumed by a gate whose commit never came: at their
+    approval state such a run waits for nothing but its command. A filter (``Exists``)."""
+    decided = ApprovalRequest.objects.filter(
+        run=OuterRef("pk"), run_version=OuterRef("version"), status__in=DECIDED_STATUSES
+    )
+    return runs.filter(Exists(decided))
+
+
+def request_awaited(run: Run) -> ApprovalRequest | None:
+    """The request a run at an approval state waits on: the newest bound to its current
+    version, superseded ones aside (the gate raises a new one for those), else None."""
+    return (
+        ApprovalRequest.objects.filter(run=run, run_version=run.version)
+        .exclude(status=ApprovalStatus.SUPERSEDED)
+        .order_by("-created_at", "-pk")
+        .first()
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from approvals.services import approval_expire_due
-from runtime.executor import worker_identity
+from runtime.heartbeats import heartbeat_start
 from scheduling.services import periodic_job_run
 
 
@@ -13,5 +13,5 @@ from scheduling.services import periodic_job_run
 def expire_due() -> int | None:
     """Claimed so two schedulers expire once per interval (None when skipped)."""
     return periodic_job_run(
-        name="approvals.expire_due", job=approval_expire_due, holder=worker_identity()
+        name="approvals.expire_due", job=approval_expire_due, holder=heartbeat_start()
     )

@@ -1,8 +1,9 @@
 """`make bench`: Cairn against raw SQL, LangGraph's PostgresSaver and DBOS on one PostgreSQL.
 
 Writes bench/results/latest.json, bench/results/latest.md (median, p95, ratio to Cairn) and
-a PNG chart per case. BENCH_QUICK=1 makes a short smoke run. Needs PostgreSQL and Redis on
-127.0.0.1 (override with BENCH_PG_SERVER and BENCH_REDIS_URL).
+a PNG chart per case. BENCH_QUICK=1 makes a short smoke run; BENCH_CASES=takeover (or any
+list of cases) runs only those and writes results/<cases>.json and .md. Needs PostgreSQL
+and Redis on 127.0.0.1 (override with BENCH_PG_SERVER and BENCH_REDIS_URL).
 """
 
 from __future__ import annotations
@@ -27,7 +28,11 @@ from bench.common import (  # noqa: E402
     write_json,
 )
 
-CASES = os.environ.get("BENCH_CASES", "commit,writers,http,restore,steps,contention").split(",")
+ALL_CASES = "commit,writers,http,restore,steps,contention"
+CASES = os.environ.get("BENCH_CASES", ALL_CASES).split(",")
+# A run of some cases only (BENCH_CASES=takeover) writes results/<cases>.json and .md, so
+# the last full run's latest.json, latest.md and charts stay as they are.
+OUTPUT = "latest" if CASES == ALL_CASES.split(",") else "-".join(CASES)
 
 
 def machine() -> str:
@@ -171,18 +176,24 @@ def main() -> int:
         from bench.workers import worker_case
 
         measurements += worker_case(tenant, dbos_dsn)
+    if "takeover" in CASES and "steps" not in CASES:  # "steps" measures it too
+        print("case 4b: take-over of a killed worker's run, as shipped", flush=True)
+        from bench.workers import takeover_case
+
+        measurements += takeover_case(tenant)
     if "contention" in CASES:
         print("case 5: contention", flush=True)
         measurements += cases.contention_case(tenant)
     rows = ratios(measurements)
     elapsed = time.perf_counter() - clock
     write_json(
-        RESULTS / "latest.json",
+        RESULTS / f"{OUTPUT}.json",
         {"started": started, "machine": machine(), "quick": QUICK, "results": rows},
     )
     table = markdown(rows, started, elapsed)
-    (RESULTS / "latest.md").write_text(table)
-    charts(measurements)
+    (RESULTS / f"{OUTPUT}.md").write_text(table)
+    if OUTPUT == "latest":
+        charts(measurements)
     print(table)
     return 0
 

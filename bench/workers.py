@@ -17,13 +17,14 @@ MODULES = "runtime.demo,bench.noop_workflow"
 
 
 def _worker(
-    name: str, log_dir: Path, lease_seconds: int, database_url: str | None = None
+    name: str, log_dir: Path, lease_seconds: int | None, database_url: str | None = None
 ) -> subprocess.Popen:
+    """A solo worker; ``lease_seconds=None`` keeps the shipped lease."""
     env = {
         **os.environ,
         "CAIRN_WORKFLOW_MODULES": MODULES,
         "CELERY_BROKER_URL": REDIS_URL,
-        "CAIRN_LEASE_SECONDS": str(lease_seconds),
+        **({"CAIRN_LEASE_SECONDS": str(lease_seconds)} if lease_seconds else {}),
         "CAIRN_DISPATCH_ON_COMMIT": "1",
         "PYTHONPATH": str(ROOT),
         **({"DATABASE_URL": database_url} if database_url else {}),
@@ -90,9 +91,8 @@ def worker_case(tenant, dbos_dsn: str) -> list[Measurement]:  # noqa: ANN001
 
     import bench.noop_workflow  # noqa: F401 - declares the workflows in this process too
     from bench.dbos_proc import DbosProcess
-    from checkpoints.models import Checkpoint, OutboxMessage
+    from checkpoints.models import OutboxMessage
     from runtime.registry import workflows_sync
-    from runtime.rescue import runs_rescue
     from runtime.services.runs import run_create
     from tenants.services import Actor
 
@@ -166,48 +166,119 @@ def worker_case(tenant, dbos_dsn: str) -> list[Measurement]:  # noqa: ANN001
         )
     )
 
-    # Kill-to-next-step: a worker dies in step 3; another takes over once the lease expires.
-    lease = 2
+    results += takeover_case(tenant, logs)
+    return results
+
+
+def _beat(log_dir: Path) -> subprocess.Popen:
+    """``celery beat`` with the shipped schedule (the dead-worker rescue every second)."""
+    env = {**os.environ, "CELERY_BROKER_URL": REDIS_URL, "PYTHONPATH": str(ROOT)}
+    log = open(log_dir / "beat.log", "w")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "cairn",
+            "beat",
+            "-s",
+            str(log_dir / "beat-schedule"),
+            "--loglevel",
+            "WARNING",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _beating_steadily(proc: subprocess.Popen, seconds: float) -> bool:
+    """Whether the worker process has beaten for ``seconds`` (its first task, from the
+    beat, starts its heartbeat)."""
+    from checkpoints.models import WorkerHeartbeat
+
+    row = WorkerHeartbeat.objects.filter(pid=proc.pid).values_list("started_at", flat=True)
+    started = row.first()
+    return started is not None and time.time() - started.timestamp() >= seconds
+
+
+def takeover_case(tenant, logs: Path | None = None) -> list[Measurement]:  # noqa: ANN001
+    """Kill to next step with the product as shipped: the default lease (60 s), worker
+    heartbeats and the beat's schedule; nothing here calls the rescue. A worker is SIGKILLed
+    in step 3 of a run; the time is until another worker has committed that step again."""
+    from django.conf import settings
+
+    import bench.noop_workflow  # noqa: F401 - declares the workflows in this process too
+    from checkpoints.models import Checkpoint
+    from runtime.registry import workflows_sync
+    from runtime.services.runs import run_create
+    from tenants.services import Actor
+
+    settings.CAIRN_DISPATCH_ON_COMMIT = True
+    settings.CELERY_BROKER_URL = REDIS_URL
+    from cairn.celery import app
+
+    app.conf.broker_url = REDIS_URL
+    workflows_sync()
+    _purge()
+    logs = logs or Path(tempfile.mkdtemp(prefix="cairn-bench-takeover-"))
     hold = logs / "hold"
     os.environ["BENCH_HOLD_FILE"] = str(hold)
+    steady = settings.CAIRN_WORKER_DEAD_SECONDS  # the rescue trusts a steady heartbeat only
+    beat = _beat(logs)
+    workers = [_worker(f"shipped{i}", logs, lease_seconds=None) for i in range(2)]
     takeovers = []
-    for attempt in range(2 if QUICK else 5):
-        hold.write_text("hold")
-        first = _worker(f"first{attempt}", logs, lease_seconds=lease)
-        second = None
-        try:
+    try:
+        for attempt in range(2 if QUICK else 7):
+            alive = list(workers)
+            if not _wait(
+                lambda alive=alive: all(_beating_steadily(w, steady + 1) for w in alive), 120
+            ):
+                raise RuntimeError("the workers never beat steadily")
+            hold.write_text("hold")
             run = run_create(
-                tenant=tenant, workflow_type="bench_hold", execution="worker", actor=actor
+                tenant=tenant,
+                workflow_type="bench_hold",
+                execution="worker",
+                actor=Actor.system("bench"),
             )
             if not _wait(lambda: Path(str(hold) + ".entered").exists(), 60):
-                raise RuntimeError("the first worker never reached step 3")
+                raise RuntimeError("no worker reached step 3")
+            owner = int(Path(str(hold) + ".entered").read_text())
             Path(str(hold) + ".entered").unlink()
-            second = _worker(f"second{attempt}", logs, lease_seconds=lease)
-            time.sleep(2)  # let the second worker start before the kill
-            os.killpg(first.pid, signal.SIGKILL)
+            doomed = next(w for w in workers if w.pid == owner)
+            os.killpg(doomed.pid, signal.SIGKILL)
             killed = time.perf_counter()
             hold.unlink()  # the step may now finish when it runs again
-            while not Checkpoint.objects.filter(run_id=run.pk, state="step4").exists():
-                runs_rescue()  # the beat's sweep, run here every 50 ms
-                time.sleep(0.05)
-                if time.perf_counter() - killed > 60:
-                    raise RuntimeError("no worker took the run over")
+            doomed.wait(timeout=30)
+            if not _wait(
+                lambda run=run: Checkpoint.objects.filter(run_id=run.pk, state="step4").exists(),
+                120,
+            ):
+                raise RuntimeError("no worker took the run over")
             takeovers.append((time.perf_counter() - killed) * 1000)
-        finally:
-            for proc in (first, second):
-                if proc is not None and proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=30)
-    results.append(
+            print(f"  take-over {attempt + 1}: {takeovers[-1]:.0f} ms", flush=True)
+            workers = [w for w in workers if w is not doomed]
+            workers.append(_worker(f"shipped-next{attempt}", logs, lease_seconds=None))
+    finally:
+        for proc in (*workers, beat):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+    return [
         Measurement(
             "steps",
             "cairn",
-            f"kill to next step (lease {lease} s)",
+            "kill to next step (shipped: lease 60 s, beat)",
             samples=takeovers,
-            note="bounded by the lease: a dead worker's lease must expire",
+            note="as shipped: the default lease, heartbeats every second, a worker silent for "
+            f"{steady:g} s is dead and the beat's rescue (every second) re-queues its runs; "
+            "nothing calls the rescue by hand",
         )
-    )
-    return results
+    ]
 
 
 def _step_counts(logs: Path, start) -> dict:  # noqa: ANN001

@@ -6,6 +6,7 @@ from __future__ import annotations
 class CairnError(Exception):
     code = "error"
     status = 400
+    retry_after: int | None = None  # seconds, sent as Retry-After (a 503 the client may retry)
 
     def __init__(self, detail: str, *, fields: dict | None = None):
         self.detail = detail
@@ -75,6 +76,14 @@ class UnknownWorkflow(CairnError):
 
 class BudgetExhausted(CairnError):
     code, status = "budget_exhausted", 409
+
+
+class StorageUnavailable(CairnError):
+    """The artifact storage cannot take a write right now (a full or read-only disk, a bucket
+    that cannot be reached); nothing was stored, and the same request may be sent again."""
+
+    code, status = "storage_unavailable", 503
+    retry_after = 30
 
 
 class IntegrityFailure(CairnError):

@@ -17,7 +17,10 @@ The fault points:
 - ``effect.submitted``, ``effect.polling``: a long-running tool's job id recorded, the job
   observed;
 - ``retention.batch``: inside each retention batch's transaction, just before it commits
-  (the ``apply_retention`` command).
+  (the ``apply_retention`` command);
+- ``run.leased``: a worker has just taken a run's lease, before its restore;
+- ``approval.consumed``: the approval gate consumed the run's approval, before the commit
+  that moves the run past its approval state.
 """
 
 from __future__ import annotations

@@ -243,6 +243,13 @@ CAIRN_KEY_FILE = Path(env("CAIRN_KEY_FILE", str(CAIRN_HOME / "encryption_keys"))
 
 # --- Runtime -----------------------------------------------------------------------------
 CAIRN_LEASE_SECONDS = env_int("CAIRN_LEASE_SECONDS", 60)
+# Worker heartbeats (runtime.heartbeats): each worker process beats this often; one silent
+# for CAIRN_WORKER_DEAD_SECONDS is dead, and its runs are taken over without waiting for
+# their leases to expire. A clock further than CAIRN_CLOCK_SKEW_LIMIT_SECONDS from the
+# database's is logged and shown on the health page.
+CAIRN_WORKER_HEARTBEAT_SECONDS = float(env("CAIRN_WORKER_HEARTBEAT_SECONDS", "1"))
+CAIRN_WORKER_DEAD_SECONDS = float(env("CAIRN_WORKER_DEAD_SECONDS", "3"))
+CAIRN_CLOCK_SKEW_LIMIT_SECONDS = float(env("CAIRN_CLOCK_SKEW_LIMIT_SECONDS", "2"))
 CAIRN_OUTBOX_CLAIM_SECONDS = env_int("CAIRN_OUTBOX_CLAIM_SECONDS", 30)
 CAIRN_DISPATCH_ON_COMMIT = env_bool("CAIRN_DISPATCH_ON_COMMIT", True)
 CAIRN_CONSOLE_REFRESH_SECONDS = env_int("CAIRN_CONSOLE_REFRESH_SECONDS", 5)
@@ -325,6 +332,13 @@ CELERY_TASK_ALWAYS_EAGER = False
 CELERY_BEAT_SCHEDULE = {
     "outbox-sweep": {"task": "checkpoints.outbox_sweep", "schedule": 5.0},
     "runs-rescue": {"task": "checkpoints.runs_rescue", "schedule": 15.0},
+    # Every second: the runs of workers whose heartbeat stopped (runtime.rescue). Expires
+    # with its interval, so busy workers never find a backlog of them.
+    "dead-workers-rescue": {
+        "task": "checkpoints.runs_rescue_dead_workers",
+        "schedule": CAIRN_WORKER_HEARTBEAT_SECONDS,
+        "options": {"expires": max(5.0, 5 * CAIRN_WORKER_HEARTBEAT_SECONDS)},
+    },
     "runs-cancel-sweep": {"task": "checkpoints.runs_cancel_sweep", "schedule": 30.0},
     "webhooks-deliver": {"task": "checkpoints.webhooks_deliver", "schedule": 5.0},
     "retention-apply": {

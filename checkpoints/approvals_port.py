@@ -16,12 +16,14 @@ import path, as ``AUTHENTICATION_BACKENDS`` names authentication backends, and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, Literal, Protocol
 from uuid import UUID
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db.models import QuerySet
 from django.utils.module_loading import import_string
 
 from checkpoints.models import Run
@@ -72,6 +74,16 @@ class ApprovalOutcome:
         return cls("wait", reason)
 
 
+@dataclass(frozen=True)
+class AwaitedApproval:
+    """The request a waiting run is bound to, as an operator needs to hear about it."""
+
+    request_id: UUID
+    status: str  # pending, approved, rejected, consumed, expired, closed
+    expires_at: datetime
+    decided: bool  # approved, rejected or consumed: only the run's command is missing
+
+
 class ApprovalsPort(Protocol):
     """Exactly what the layers below approvals need of it."""
 
@@ -119,6 +131,18 @@ class ApprovalsPort(Protocol):
         may move past the approval state under (the newest), else None. Reads only."""
         ...
 
+    def runs_with_unused_decision(self, *, runs: QuerySet[Run]) -> QuerySet[Run]:
+        """``runs`` narrowed to those with a decision bound to their current version that no
+        commit has acted on yet: a request approved, rejected, or consumed by a gate whose
+        commit never came. Such a run needs only its command to go on (the rescue, an
+        operator's resume). A filter, not a read: one statement with the caller's."""
+        ...
+
+    def approval_awaited(self, *, run: Run) -> AwaitedApproval | None:
+        """The request a run at an approval state waits on: the newest bound to its current
+        version (superseded ones aside), else None. Reads only."""
+        ...
+
 
 OPERATIONS = (
     "commit_approval_check",
@@ -126,6 +150,8 @@ OPERATIONS = (
     "restore_approval_outcome",
     "approval_requests_close",
     "approved_request_id",
+    "runs_with_unused_decision",
+    "approval_awaited",
 )
 
 

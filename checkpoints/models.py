@@ -12,8 +12,8 @@ from datetime import datetime
 
 from django.db import models
 from django.db.models import Q
-from django.utils import timezone
 
+from cairn import clock
 from tenants.models import Tenant
 
 
@@ -118,6 +118,10 @@ class Run(models.Model):
             models.Index(
                 fields=["tenant", "workflow_type", "status"], name="run_tenant_wf_status_idx"
             ),
+            # The runs a dead worker holds, found by its name (runtime.rescue).
+            models.Index(
+                fields=["lease_owner"], condition=~Q(lease_owner=""), name="run_leased_idx"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -128,10 +132,11 @@ class Run(models.Model):
         return self.status in TERMINAL_STATUSES
 
     def lease_held(self, now: datetime | None = None) -> bool:
-        """Whether someone holds the run's lease and it has not expired (as of ``now``):
-        a worker (or an external driver) may be executing a step right now."""
+        """Whether someone holds the run's lease and it has not expired as of ``now``, a
+        time on the database's clock (``cairn.clock``; default: this process's estimate of
+        it): a worker (or an external driver) may be executing a step right now."""
         expires = self.lease_expires_at
-        return bool(self.lease_owner and expires and expires > (now or timezone.now()))
+        return bool(self.lease_owner and expires and expires > (now or clock.now()))
 
 
 class CheckpointQuerySet(models.QuerySet):
@@ -367,13 +372,17 @@ class WebhookDelivery(models.Model):
 
 
 class WorkerHeartbeat(models.Model):
-    """Workers seen recently (health page); one row per worker, refreshed as it works."""
+    """One worker process and its last beat (``runtime.heartbeats``): written every second
+    on the database's clock by the process's heartbeat thread, read to tell live workers
+    from dead ones (the rescue, the health page)."""
 
-    worker_id = models.CharField(max_length=200, primary_key=True)
+    worker_id = models.CharField(max_length=200, primary_key=True)  # its lease owner name
     hostname = models.CharField(max_length=200, blank=True)
     pid = models.PositiveIntegerField(null=True, blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
-    last_seen_at = models.DateTimeField(db_index=True)
+    last_seen_at = models.DateTimeField(db_index=True)  # the database's time of its last beat
+    # Its clock minus the database's, in seconds, as its last beat measured it.
+    clock_offset_seconds = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["-last_seen_at"]

@@ -57,10 +57,20 @@ def _resume_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
         ]
     )
     try:
-        resume_check(run)
+        awaited = resume_check(run)
     except CairnError as exc:
         summary.blocked = exc.detail
         return summary
+    if awaited is not None:
+        return Summary(
+            [
+                f"Approval request {awaited.request_id} is {awaited.status}, but the command "
+                "that carries the decision out was lost: the run still waits at "
+                f"{run.state}, version {run.version}.",
+                "Resuming sends that command again, at the same version (the approval is "
+                f"bound to it); {who.lower()} then moves the run on as decided.",
+            ]
+        )
     unsettled = list(
         ExternalOperation.objects.filter(
             run=run, status__in=(OperationStatus.UNKNOWN, OperationStatus.PENDING)
@@ -177,6 +187,8 @@ def _resume(run: Run, data: dict, access: ConsoleAccess) -> tuple[Run, str]:
         reason=data["reason"],
         actor=access.actor,
     )
+    if run.status == RunStatus.WAITING_APPROVAL:
+        return run, "Its command was sent again: a worker moves the run on as decided."
     return run, "Resumed: the run is running again."
 
 

@@ -1,6 +1,6 @@
 from celery import shared_task
 
-from runtime.executor import worker_identity
+from runtime.heartbeats import heartbeat_start
 from scheduling.services import periodic_job_run
 from telemetry.counters import counters_rollup
 from telemetry.latency import latency_rollup
@@ -14,5 +14,5 @@ def _rollup() -> dict[str, int]:
 def metrics_rollup() -> dict[str, int] | None:
     """Claimed so two schedulers roll up once per interval (None when skipped)."""
     return periodic_job_run(
-        name="observability.metrics_rollup", job=_rollup, holder=worker_identity()
+        name="observability.metrics_rollup", job=_rollup, holder=heartbeat_start()
     )

@@ -1,7 +1,7 @@
 from celery import shared_task
 
 from retention.services import retention_apply
-from runtime.executor import worker_identity
+from runtime.heartbeats import heartbeat_start
 from scheduling.services import periodic_job_run
 
 
@@ -11,5 +11,5 @@ def apply_retention() -> dict | None:
     return periodic_job_run(
         name="retention.apply",
         job=lambda: retention_apply().as_dict(),
-        holder=worker_identity(),
+        holder=heartbeat_start(),
     )

@@ -23,16 +23,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import secrets
-import socket
+import time
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.utils import timezone
+from django.db import InterfaceError, OperationalError, connection
 
+from cairn import clock
 from cairn.errors import (
     ArtifactHashMismatch,
     BudgetExhausted,
@@ -41,10 +40,12 @@ from cairn.errors import (
     IllegalTransition,
     LeaseHeld,
     RunNotActive,
+    StorageUnavailable,
 )
+from cairn.faults import fault_point
 from checkpoints.crypto import MissingKeyError
 from checkpoints.envelope import json_problem
-from checkpoints.models import Checkpoint, Execution, Run, RunStatus, WorkerHeartbeat
+from checkpoints.models import Checkpoint, Execution, Run, RunStatus
 from checkpoints.services.budgets import budget_exhausted
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS, CommitResult, checkpoint_commit
 from checkpoints.services.commit_sql import RunHead, run_lease_check
@@ -56,6 +57,7 @@ from . import hooks
 from .context import StepContext, evidence_normalize
 from .definition import Next, StepSpec, Workflow
 from .errors import LeaseLost, PermanentStepError, RetryableStepError
+from .heartbeats import heartbeat_start
 from .lease import LeaseKeeper, used_merge
 from .model_client import ModelClient, ModelError, model_client_default
 from .registry import workflow_code
@@ -77,31 +79,6 @@ WORKABLE = frozenset(
 # Side-effect statuses a restore has nothing to settle for: the lean loop may go on.
 SETTLED_EFFECTS = frozenset({"confirmed", "failed"})
 
-_identity: tuple[int, str] | None = None
-_heartbeat_at: float = 0.0
-
-
-def worker_identity() -> str:
-    """This process's lease owner name (one per process: prefork children differ)."""
-    global _identity
-    pid = os.getpid()
-    if _identity is None or _identity[0] != pid:
-        _identity = (pid, f"{socket.gethostname()}:{pid}:{secrets.token_hex(3)}")
-    return _identity[1]
-
-
-def worker_heartbeat(owner: str) -> None:
-    """Tell the health page this worker is alive (at most every 10 seconds)."""
-    global _heartbeat_at
-    now = timezone.now()
-    if now.timestamp() - _heartbeat_at < 10:
-        return
-    _heartbeat_at = now.timestamp()
-    WorkerHeartbeat.objects.update_or_create(
-        worker_id=owner[:200],
-        defaults={"hostname": socket.gethostname()[:200], "pid": os.getpid(), "last_seen_at": now},
-    )
-
 
 def run_advance(
     *,
@@ -118,7 +95,9 @@ def run_advance(
 
     Never raises for a domain condition; every write it makes is a service transaction.
     """
-    owner = owner or worker_identity()
+    # This process beats before it takes any lease, so if it dies holding one, the rescue
+    # knows within seconds (runtime.heartbeats).
+    owner = owner or heartbeat_start()
     try:  # get(), not first(): no ORDER BY to build for a primary key
         run = Run.objects.select_related("workflow", "tenant").get(pk=run_id)
     except Run.DoesNotExist:
@@ -135,7 +114,7 @@ def run_advance(
     if (
         run.status == RunStatus.WAITING_RETRY
         and run.next_eligible_at
-        and run.next_eligible_at > timezone.now()
+        and run.next_eligible_at > clock.now()  # the outbox published it on the database's
     ):
         return "not_due"
     try:
@@ -159,7 +138,7 @@ def run_advance(
             "took over an expired lease (restore)",
             extra={"run": str(run.pk), "restore_count": lease.restore_count},
         )
-    worker_heartbeat(owner)
+    fault_point("run.leased")  # a worker may die right here, holding the lease
     run.lease_owner, run.lease_expires_at = owner, lease.expires_at
     run.restore_count = lease.restore_count
     keeper = LeaseKeeper(
@@ -170,8 +149,37 @@ def run_advance(
     except LeaseLost as exc:
         log.warning("lease lost; work discarded", extra={"run": str(run.pk), "why": str(exc)})
         return "lease_lost"
+    except DATABASE_LOST:
+        # The database went away mid-task (a restart, a failover): this step's work is lost,
+        # and the run is handed back as soon as the database answers again, so it does not
+        # sit out this worker's lease (the command that brought it here is spent).
+        keeper.stop_renewing()
+        log.warning("database lost mid-task; handing the run back", extra={"run": str(run.pk)})
+        return "handed_back" if _hand_back_when_it_answers(run, owner) else "database_lost"
     finally:
         keeper.release()
+
+
+# A database that went away (the connection broke, the server restarted), not a query error.
+DATABASE_LOST = (OperationalError, InterfaceError)
+HAND_BACK_PATIENCE_SECONDS = 60.0
+
+
+def _hand_back_when_it_answers(run: Run, owner: str) -> bool:
+    """End this worker's lease of ``run`` and queue it again, once the database answers
+    (within ``HAND_BACK_PATIENCE_SECONDS``; after that the lease expires by itself)."""
+    from .rescue import run_lease_end
+
+    deadline = time.monotonic() + HAND_BACK_PATIENCE_SECONDS
+    while True:
+        if not connection.in_atomic_block:  # (a test's transaction: nothing broke)
+            connection.close_if_unusable_or_obsolete()  # a broken one: the next reconnects
+        try:
+            return run_lease_end(run=run, owner=owner, why="run handed back after a database loss")
+        except DATABASE_LOST:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(1.0)
 
 
 class _Advance:
@@ -297,6 +305,8 @@ class _Advance:
             failure = ("fail", exc.reason, None)
         except ModelError as exc:
             failure = ("retry" if exc.retryable else "fail", str(exc), None)
+        except StorageUnavailable as exc:  # a full disk, an unreachable bucket: try later
+            failure = ("retry", exc.detail, None)
         except MissingKeyError as exc:
             # Retrying cannot help: no worker with these keys can read what the step needs.
             keeper.stop_renewing()
@@ -355,7 +365,7 @@ class _Advance:
                 state=self.run.state, step="", groups=groups, status=RunStatus.FAILED, reason=reason
             )
         delay = settings.CAIRN_RETRY_DELAY_SECONDS if delay is None else max(0.0, float(delay))
-        eligible = timezone.now() + timedelta(seconds=delay)
+        eligible = clock.now() + timedelta(seconds=delay)  # due on the database's clock
         reason = f"attempt {attempts} ({spec.name}) failed: {reason}"
         groups = self.groups(
             restored,
@@ -387,6 +397,7 @@ class _Advance:
         # The move past an approval state records the decision it used: transition
         # evidence, which retention keeps.
         if outcome.decision == "approved":
+            fault_point("approval.consumed")  # the approval is used; the move is not in yet
             return self.commit(state=spec.next, step=spec.state, groups=groups, is_evidence=True)
         reason = outcome.reason or "the reviewer rejected the request"
         groups["control"]["reason"] = reason

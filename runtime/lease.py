@@ -6,6 +6,10 @@ checkpoint's budgets start from that high-water mark (the commit refuses to lowe
 The wall-clock time of a step is the exception: it is written by the step's own checkpoint
 (``usage_now``), or charged on its own when no checkpoint follows (``flush_elapsed``), so a
 step costs one write transaction besides its commit.
+
+Every expiry this module writes is ``Now() + ttl`` on the database's clock (``cairn.clock``),
+never this worker's: a worker whose clock is off keeps its lease exactly as long as one whose
+clock is right.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from checkpoints.models import ACTIVE_STATUSES, OutboxMessage, Run
@@ -76,7 +81,8 @@ class LeaseKeeper:
         )
 
     def _expiry(self):  # noqa: ANN202
-        return timezone.now() + timedelta(seconds=self.ttl_seconds)
+        # An expression, evaluated by the database in the statement that writes it.
+        return Now() + timedelta(seconds=self.ttl_seconds)
 
     def renew(self) -> None:
         """Extend the lease (one conditional UPDATE). Raises LeaseLost when it is no longer
@@ -216,16 +222,19 @@ class LeaseKeeper:
             connection.close()  # this thread's own connection
 
     def release(self) -> None:
+        """End renewal, mark this worker's own command done and release the lease. Never
+        raises: a database that is away leaves the lease to expire (and the command's
+        claim with it), which the rescue then finds."""
         self._end_renewing()
-        if self.taken_outbox_id is not None:
-            # This worker carried out the command itself (or the run moved on): done.
-            OutboxMessage.objects.filter(pk=self.taken_outbox_id, sent_at__isnull=True).update(
-                sent_at=timezone.now()
-            )
-            self.taken_outbox_id = None
-        if self.released:
-            return  # the task's last commit released it in its own statement
         try:
+            if self.taken_outbox_id is not None:
+                # This worker carried out the command itself (or the run moved on): done.
+                OutboxMessage.objects.filter(pk=self.taken_outbox_id, sent_at__isnull=True).update(
+                    sent_at=timezone.now()
+                )
+                self.taken_outbox_id = None
+            if self.released:
+                return  # the task's last commit released it in its own statement
             lease_release(tenant=self.tenant, run_id=self.run_id, owner=self.owner)
         except Exception:
             log.exception("lease release failed", extra={"run": str(self.run_id)})

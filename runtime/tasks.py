@@ -1,7 +1,8 @@
 """Celery tasks: thin adapters over the runtime and outbox services (JSON arguments only).
 
 Scheduled tasks run their job through a claim (scheduling.services), so any number of
-``celery beat`` processes start each job once per interval; a skipped run returns None."""
+``celery beat`` processes start each job once per interval; a skipped run returns None.
+Every task starts this process's heartbeat (runtime.heartbeats) if it is not beating yet."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from celery import shared_task
 
 from checkpoints.services.outbox import outbox_dispatch
 from runtime.executor import run_advance as _run_advance
-from runtime.executor import worker_heartbeat, worker_identity
+from runtime.heartbeats import heartbeat_start
 from runtime.rescue import runs_rescue as _runs_rescue
+from runtime.rescue import runs_rescue_dead_workers as _runs_rescue_dead_workers
 from scheduling.services import periodic_job_run
 
 
@@ -22,12 +24,8 @@ def run_advance(run_id: str, expected_version: int) -> str:
 
 @shared_task(name="checkpoints.outbox_sweep", ignore_result=True)
 def outbox_sweep() -> int | None:
-    """Publish due outbox messages that were not published at commit (or came due).
-
-    The sweep runs every few seconds, so it also tells the health page this worker is alive
-    while it has no run to work on (every worker that receives it, claimed or not)."""
-    owner = worker_identity()
-    worker_heartbeat(owner)
+    """Publish due outbox messages that were not published at commit (or came due)."""
+    owner = heartbeat_start()
     return periodic_job_run(name="checkpoints.outbox_sweep", job=outbox_dispatch, holder=owner)
 
 
@@ -35,7 +33,17 @@ def outbox_sweep() -> int | None:
 def runs_rescue() -> int | None:
     """Re-queue runs whose worker died or whose command was lost."""
     return periodic_job_run(
-        name="checkpoints.runs_rescue", job=_runs_rescue, holder=worker_identity()
+        name="checkpoints.runs_rescue", job=_runs_rescue, holder=heartbeat_start()
+    )
+
+
+@shared_task(name="checkpoints.runs_rescue_dead_workers", ignore_result=True)
+def runs_rescue_dead_workers() -> int | None:
+    """Take over the runs of workers whose heartbeat stopped, without waiting for leases."""
+    return periodic_job_run(
+        name="checkpoints.runs_rescue_dead_workers",
+        job=_runs_rescue_dead_workers,
+        holder=heartbeat_start(),
     )
 
 
@@ -45,7 +53,7 @@ def runs_cancel_sweep() -> int | None:
     from runtime.services.cancel import runs_cancel_sweep as _runs_cancel_sweep
 
     return periodic_job_run(
-        name="checkpoints.runs_cancel_sweep", job=_runs_cancel_sweep, holder=worker_identity()
+        name="checkpoints.runs_cancel_sweep", job=_runs_cancel_sweep, holder=heartbeat_start()
     )
 
 
@@ -55,5 +63,5 @@ def webhooks_deliver() -> int | None:
     from runtime.services.webhooks import webhooks_deliver as _webhooks_deliver
 
     return periodic_job_run(
-        name="checkpoints.webhooks_deliver", job=_webhooks_deliver, holder=worker_identity()
+        name="checkpoints.webhooks_deliver", job=_webhooks_deliver, holder=heartbeat_start()
     )

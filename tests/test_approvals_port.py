@@ -71,6 +71,14 @@ class StubPort:
         self._record("approved_request_id", **kwargs)
         return self.approved
 
+    def runs_with_unused_decision(self, *, runs: Any) -> Any:
+        self._record("runs_with_unused_decision", runs=runs)
+        return runs.none()
+
+    def approval_awaited(self, **kwargs: Any) -> None:
+        self._record("approval_awaited", **kwargs)
+        return None
+
 
 STUB = StubPort()
 
@@ -212,7 +220,7 @@ def test_cancelling_closes_the_runs_requests_through_the_port(run, bob, stub):  
             "tests.test_approvals_port.HALF",
             "CAIRN_APPROVALS_PORT names 'tests.test_approvals_port.HALF', which lacks the "
             "approvals operation(s) restore_approval_outcome, approval_requests_close, "
-            "approved_request_id",
+            "approved_request_id, runs_with_unused_decision, approval_awaited",
         ),
     ],
 )

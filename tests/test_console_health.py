@@ -52,7 +52,23 @@ def test_health_shows_what_an_admin_watches(alice, bob, acme, workflow):  # noqa
     assert '<strong id="stalled-count">1<' in html
     assert f"publish-{story.pk}" in html
     assert '<strong id="workers-recent">1<' in html
-    assert "w-gone" in html and "not recent" in html
+    assert "w-gone" in html and '<span class="badge badge-bad">dead</span>' in html
+    assert 'id="workers-clock-off"' not in html  # no worker measured a clock off
+
+
+def test_health_shows_a_worker_whose_clock_is_off_the_databases(alice, acme):  # noqa: ANN001
+    WorkerHeartbeat.objects.create(
+        worker_id="w-skewed", last_seen_at=timezone.now(), clock_offset_seconds=120.4
+    )
+    WorkerHeartbeat.objects.create(
+        worker_id="w-right", last_seen_at=timezone.now(), clock_offset_seconds=0.01
+    )
+    html = health(alice)
+    assert re.search(r'id="workers-clock-off">.*?<strong>1</strong>', html, re.S)
+    row = re.search(r"<tr><td class=\"mono\">w-skewed</td>.*?</tr>", html, re.S).group(0)
+    assert "120.4 s" in row and "clock off" in row
+    row = re.search(r"<tr><td class=\"mono\">w-right</td>.*?</tr>", html, re.S).group(0)
+    assert "0.0 s" in row and "clock off" not in row
 
 
 def test_the_restore_threshold_is_adjustable(alice, bob, acme, workflow):  # noqa: ANN001

@@ -109,14 +109,3 @@ def test_the_outbox_sweep_publishes_a_delayed_command_once_it_is_due(quiet_run):
     message.refresh_from_db()
     assert message.sent_at is not None
     assert tasks.outbox_sweep() == 0
-
-
-def test_the_outbox_sweep_reports_an_idle_worker_as_alive(db, monkeypatch):  # noqa: ANN001
-    from checkpoints.models import WorkerHeartbeat
-    from runtime import executor
-
-    monkeypatch.setattr(executor, "_heartbeat_at", 0.0)
-    assert not WorkerHeartbeat.objects.exists()
-    tasks.outbox_sweep()
-    seen = WorkerHeartbeat.objects.get()
-    assert seen.worker_id == executor.worker_identity()

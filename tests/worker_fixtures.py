@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -166,11 +166,14 @@ WORKER_LEASE_SECONDS = 2
 def worker_factory(
     transactional_db, broker: Broker, tmp_path: Path, settings
 ) -> Iterator[Callable[..., Worker]]:  # noqa: ANN001
-    """worker_factory(name="w1", env={...}) → a running worker subprocess."""
+    """worker_factory(name="w1", env={...}, wrap=[...]) → a running worker subprocess;
+    ``wrap`` is a command the worker runs under (``["faketime", "-f", "+120s"]``)."""
     settings.CAIRN_LEASE_SECONDS = WORKER_LEASE_SECONDS  # the rescue sweep in this process
     started: list[Worker] = []
 
-    def start(name: str = "w1", env: dict[str, str] | None = None) -> Worker:
+    def start(
+        name: str = "w1", env: dict[str, str] | None = None, wrap: Sequence[str] = ()
+    ) -> Worker:
         log_path = tmp_path / f"worker-{name}-{len(started)}.log"
         full_env = {
             **os.environ,
@@ -187,6 +190,7 @@ def worker_factory(
         log = open(log_path, "w")  # noqa: SIM115 - closed when the worker is reaped
         process = subprocess.Popen(
             [
+                *wrap,
                 sys.executable,
                 "-m",
                 "celery",

@@ -48,20 +48,28 @@ def renew_expired(*, request: ApprovalRequest, run: Run, actor: Actor) -> Approv
     )
 
 
-def _say_on_the_run(*, run: Run, request: ApprovalRequest, fresh: ApprovalRequest | None) -> None:
+def _say_on_the_run(
+    *, run: Run, request: ApprovalRequest, fresh: ApprovalRequest | None, was: str
+) -> None:
     """Put the expiry in the run's status reason, where an operator sees it (runs list, run
-    page). The version does not move: the fresh request is bound to it."""
+    page), saying truly whether anyone had decided (``was``: the request's status before it
+    expired). The version does not move: the fresh request is bound to it."""
     if run.status != RunStatus.WAITING_APPROVAL or run.version != request.run_version:
         return
     when = f"{request.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+    if was == ApprovalStatus.APPROVED:
+        decided = request.decided_at
+        at = f" at {decided:%Y-%m-%d %H:%M:%S} UTC" if decided else ""
+        what = f"approval granted{at} expired at {when} before the run used it"
+    else:
+        what = f"approval expired at {when} with no decision"
     if fresh is not None:
         reason = (
-            f"approval expired at {when} with no decision; a new request was raised, open "
-            f"until {fresh.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+            f"{what}; a new request was raised, open until {fresh.expires_at:%Y-%m-%d %H:%M:%S} UTC"
         )
     else:
         reason = (
-            f"approval expired at {when} with no decision, again: no new request is raised. "
+            f"{what}, again: no new request is raised. "
             "Retry the step before the approval state to ask again, or cancel the run"
         )
     Run.objects.filter(pk=run.pk, version=run.version).update(status_reason=reason)
@@ -72,6 +80,17 @@ def expire_request(*, request: ApprovalRequest, actor: Actor, renew: bool = True
     successor once (``renew_expired``) and say so in the run's status reason. Call inside a
     transaction. Returns whether this call expired it."""
     now = timezone.now()
+    # Whether anyone decided, as the row says now (the caller's copy may be older).
+    current = (
+        ApprovalRequest.objects.select_for_update()
+        .filter(pk=request.pk)
+        .values("status", "decided_at")
+        .first()
+    )
+    if current is None:
+        return False
+    was = current["status"]
+    request.decided_at = current["decided_at"]
     changed = ApprovalRequest.objects.filter(
         pk=request.pk, status__in=LIVE_STATUSES, expires_at__lte=now
     ).update(
@@ -92,7 +111,7 @@ def expire_request(*, request: ApprovalRequest, actor: Actor, renew: bool = True
     if renew:
         run = Run.objects.select_for_update().get(pk=request.run_id)
         fresh = renew_expired(request=request, run=run, actor=actor)
-        _say_on_the_run(run=run, request=request, fresh=fresh)
+        _say_on_the_run(run=run, request=request, fresh=fresh, was=was)
     return True
 
 

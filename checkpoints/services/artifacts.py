@@ -6,10 +6,17 @@ in chunks (checkpoints.artifact_sealing), so the storage never sees plaintext an
 artifact is never held twice in memory. An object's name is the sha256 of its sealed bytes,
 ``artifacts/<tenant>/<sha256>``: a name is written once and never overwritten, which is what
 lets key rotation write a new object before it lets go of the old one.
+
+A storage that cannot take a write (a full or read-only disk, the temporary disk the sealed
+bytes are spooled on, a bucket that cannot be reached) is ``StorageUnavailable`` (503 with
+``Retry-After``), never an unexplained 500: the object is removed again if part of it was
+written, no row names it, and what a process killed in the middle leaves behind is an
+orphan the sweep removes (``retention.orphans``).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import logging
@@ -22,7 +29,13 @@ from django.core.files.base import File
 from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
 
-from cairn.errors import IntegrityFailure, InvalidRequest, NotFound, PayloadTooLarge
+from cairn.errors import (
+    IntegrityFailure,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    StorageUnavailable,
+)
 from checkpoints import artifact_sealing, crypto
 from checkpoints.models import Artifact, ArtifactKind
 from tenants.models import Tenant
@@ -49,13 +62,56 @@ def _scope(tenant_id: object, artifact_id: object) -> dict[str, object]:
     return {"tenant_id": tenant_id, "table": TABLE, "row_id": artifact_id, "field": FIELD}
 
 
+# What an OSError's errno says about the disk, in the sentence a client reads.
+_DISK_STATES = {
+    errno.ENOSPC: "is full",
+    errno.EDQUOT: "is over its quota",
+    errno.EROFS: "is read-only",
+    errno.EACCES: "refuses writes",
+    errno.EPERM: "refuses writes",
+    errno.EIO: "failed to write (an I/O error)",
+}
+
+
+def storage_unavailable(exc: BaseException, *, what: str) -> StorageUnavailable:
+    """The refusal for a storage error (logged with its cause; the client's sentence names
+    no path or credential)."""
+    logger.error(
+        "artifact storage unavailable",
+        extra={"what": what, "error": type(exc).__name__, "errno": getattr(exc, "errno", None)},
+    )
+    if isinstance(exc, OSError):
+        state = _DISK_STATES.get(exc.errno, "cannot be written")
+        place = "The artifact disk" if what == "storage" else "The server's temporary disk"
+    else:
+        place, state = "The artifact bucket", "cannot be reached or refused the write"
+    return StorageUnavailable(
+        f"{place} {state} right now; nothing was stored. Send the same request again later "
+        "(it is safe: artifacts are stored by content)."
+    )
+
+
 def artifact_object_write(*, tenant_id: object, artifact_id: object, data: bytes) -> str:
     """Seal ``data`` for the artifact row and store it under a new content-addressed name;
-    return the name. Nothing refers to the object until a row is written naming it."""
+    return the name. Nothing refers to the object until a row is written naming it.
+
+    Raises StorageUnavailable when the temporary spool or the storage cannot take it; a
+    partly written object is removed again (best effort: the orphan sweep removes it
+    otherwise)."""
     with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
-        digest = artifact_sealing.seal_to(data, spool, scope=_scope(tenant_id, artifact_id))
-        spool.seek(0)
-        return default_storage.save(f"artifacts/{tenant_id}/{digest}", File(spool, name=digest))
+        try:
+            digest = artifact_sealing.seal_to(data, spool, scope=_scope(tenant_id, artifact_id))
+            spool.seek(0)
+        except OSError as exc:
+            raise storage_unavailable(exc, what="spool")
+        name = f"artifacts/{tenant_id}/{digest}"
+        try:
+            return default_storage.save(name, File(spool, name=digest))
+        except _storage_errors() as exc:
+            # The name is the sealed bytes' digest (a fresh nonce each time): only this
+            # write can have made an object there, complete or not.
+            _object_delete_quietly(name)
+            raise storage_unavailable(exc, what="storage")
 
 
 def _object_delete_quietly(name: str) -> None:
@@ -74,7 +130,8 @@ def artifact_store(
 
     The same bytes again return the existing artifact (created=False), also when two
     writers race. The file is written before the row, so a row never names missing content;
-    a crash between the two leaves only an orphan file that retention removes.
+    a crash between the two leaves only an orphan file that retention removes. Raises
+    InvalidRequest, PayloadTooLarge or StorageUnavailable (nothing stored).
     """
     if kind not in ArtifactKind.values:
         raise InvalidRequest(

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from cairn import clock
 from cairn.credentials import free_text_screen
 from cairn.errors import (
     ArtifactHashMismatch,
@@ -375,11 +376,17 @@ def checkpoint_commit(
         known = None
     # A head the caller kept may be stale; every refusal decided on it is decided again on
     # the run as it is now, so a stale writer gets the answer a fresh read would give.
-    for _attempt in range(3):
+    for attempt in range(3):
         fresh = known is None
         current = known or _head_read(tenant, run_id)
+        # Whether another writer's lease has expired is the statement's to decide, on the
+        # database's clock; deciding early here uses this process's estimate of that clock,
+        # and after a refusal the database's own time, so a writer whose clock is off gets
+        # ``lease_held`` rather than a lost race.
+        another = current.lease_owner not in ("", lease_owner)
+        lease_now = clock.db_now() if attempt and another else clock.now()
         try:
-            write, full = _commit_plan(tenant, current, request)
+            write, full = _commit_plan(tenant, current, request, lease_now=lease_now)
         except CairnError:
             if fresh:
                 raise
@@ -430,10 +437,11 @@ def checkpoint_commit(
             latest_checkpoint_id=write.checkpoint_id,
             latest_checkpoint_sha256=write.sha256,
             lease_owner="" if released else current.lease_owner,
+            # The database set the renewed expiry; this is this process's estimate of it.
             lease_expires_at=None
             if released
-            else write.lease_until
-            if write.lease_until is not None and current.lease_owner == lease_owner
+            else clock.now() + timedelta(seconds=write.lease_seconds)
+            if write.lease_seconds is not None and current.lease_owner == lease_owner
             else current.lease_expires_at,
             budget_used=write.budget_used,
         ),
@@ -496,7 +504,7 @@ def _head_read(tenant: Tenant, run_id: UUID | str) -> RunHead:
 
 
 def _commit_plan(
-    tenant: Tenant, run: RunHead, request: _CommitRequest
+    tenant: Tenant, run: RunHead, request: _CommitRequest, *, lease_now: datetime
 ) -> tuple[commit_sql.CommitWrite, dict[str, Any]]:
     """Check the commit against ``run`` and build, validate, hash and seal its envelope.
     Reads nothing unless the writer left a group out (the parent's is carried forward)."""
@@ -514,7 +522,7 @@ def _commit_plan(
             "committed first. Reload the run and decide again."
         )
     now = timezone.now()
-    if run.lease_held(now) and run.lease_owner != request.lease_owner:
+    if run.lease_held(lease_now) and run.lease_owner != request.lease_owner:
         raise LeaseHeld(
             f"The run is leased by {run.lease_owner} until {run.lease_expires_at.isoformat()}."
         )
@@ -562,19 +570,19 @@ def _commit_plan(
         operator_override=operator_override or request.answers_interrupt,
     )
     used = {k: full["budgets"][k] for k in BUDGET_USED_KEYS}
-    lease_until = None
+    lease_seconds = None  # renewed by the statement, on the database's clock
     if request.charge_next_attempt and new_status == RunStatus.RUNNING:
         used = {**used, "attempts_used": used["attempts_used"] + 1}
     if request.lease_owner and run.lease_owner == request.lease_owner:
-        lease_until = now + timedelta(seconds=settings.CAIRN_LEASE_SECONDS)
+        lease_seconds = settings.CAIRN_LEASE_SECONDS
     # The outbox message: a worker run's next command, or an event about an external run.
     kind = "run.resume" if run.execution == Execution.WORKER else "run.checkpointed"
-    claimed_until = sent_at = None
+    claim_seconds = sent_at = None
     if kind not in outbox.TASK_FOR_KIND or new_status in TERMINAL_STATUSES:
         sent_at = now  # nothing consumes it (a run.resume of an ended run is a no-op)
     elif request.continues and new_status in (RunStatus.RUNNING, RunStatus.WAITING_APPROVAL):
         # The caller executes it itself; until its lease would expire nobody publishes it.
-        claimed_until = lease_until or now + timedelta(seconds=settings.CAIRN_LEASE_SECONDS)
+        claim_seconds = settings.CAIRN_LEASE_SECONDS
     else:
         available = request.next_eligible_at
         request.outbox_dispatch = available is None or available <= now
@@ -591,7 +599,7 @@ def _commit_plan(
         next_eligible_at=request.next_eligible_at,
         budget_used=used,
         lease_owner=request.lease_owner,
-        lease_until=lease_until,
+        lease_seconds=lease_seconds,
         lease_release=bool(
             request.release_lease
             and request.lease_owner
@@ -609,7 +617,7 @@ def _commit_plan(
         outbox_kind=kind,
         outbox_payload={"run_id": str(run.id), "expected_version": expected_version + 1},
         outbox_available_at=request.next_eligible_at,
-        outbox_claimed_until=claimed_until,
+        outbox_claim_seconds=claim_seconds,
         outbox_sent_at=sent_at,
         consumed_outbox_id=request.consumed_outbox_id,
         now=now,

@@ -20,6 +20,11 @@ The head check covers more than the version: the run's status, its budget usage 
 (which a lease's charge or a grant change without a new version) and the lease. So an
 envelope whose budgets or identity were built from anything but the run as it is now
 cannot be written.
+
+The lease clause runs on the database's clock (``cairn.clock``): whether another writer's
+lease has expired is ``lease_expires_at <= statement_timestamp()`` (SQLite: its ``'now'``),
+and a renewed lease, like the claim on the command a continuing worker takes, expires
+``lease_seconds`` after the statement's own time, never after the writer's.
 """
 
 from __future__ import annotations
@@ -117,7 +122,9 @@ class CommitWrite:
     next_eligible_at: datetime | None
     budget_used: dict[str, Any]
     lease_owner: str | None
-    lease_until: datetime | None  # renew the lease to this (only the owner's)
+    # Renew the writer's own lease to this many seconds after the statement, on the
+    # database's clock (None: leave it).
+    lease_seconds: int | None
     lease_release: bool  # the writer's last commit of its task: its lease ends with it
     schema_version: int
     envelope_sealed: str
@@ -129,7 +136,9 @@ class CommitWrite:
     outbox_kind: str
     outbox_payload: dict[str, Any]
     outbox_available_at: datetime | None
-    outbox_claimed_until: datetime | None
+    # The command is claimed by the writer for this many seconds on the database's clock
+    # (a continuing worker's own next command), None: unclaimed.
+    outbox_claim_seconds: int | None
     outbox_sent_at: datetime | None
     consumed_outbox_id: int | None  # the caller's previous in-loop command, now done
     now: datetime
@@ -175,8 +184,9 @@ WITH moved AS (
             THEN '' ELSE lease_owner END,
         lease_expires_at = CASE
             WHEN %(lease_release)s::boolean AND lease_owner = %(lease_owner)s::text THEN NULL
-            WHEN %(lease_until)s::timestamptz IS NOT NULL AND lease_owner = %(lease_owner)s::text
-            THEN %(lease_until)s::timestamptz ELSE lease_expires_at END,
+            WHEN %(lease_seconds)s::integer IS NOT NULL AND lease_owner = %(lease_owner)s::text
+            THEN statement_timestamp() + %(lease_seconds)s::integer * interval '1 second'
+            ELSE lease_expires_at END,
         updated_at = %(now)s::timestamptz
      WHERE id = %(run_id)s::uuid
        AND tenant_id = %(tenant_id)s::uuid
@@ -185,7 +195,7 @@ WITH moved AS (
        AND budget_used = %(head_used)s::jsonb
        AND budget_limits = %(head_limits)s::jsonb
        AND (lease_owner = '' OR lease_expires_at IS NULL
-            OR lease_expires_at <= %(now)s::timestamptz OR lease_owner = %(lease_owner)s::text)
+            OR lease_expires_at <= statement_timestamp() OR lease_owner = %(lease_owner)s::text)
     RETURNING id, tenant_id
 ), inserted AS (
     INSERT INTO {CHECKPOINT} (id, tenant_id, run_id, sequence, parent_id, state, step,
@@ -203,7 +213,8 @@ WITH moved AS (
         claimed_until, sent_at, attempts)
     SELECT tenant_id, id, %(outbox_kind)s::text, %(outbox_payload)s::jsonb,
         %(now)s::timestamptz, %(outbox_available_at)s::timestamptz,
-        %(outbox_claimed_until)s::timestamptz, %(outbox_sent_at)s::timestamptz, 0
+        statement_timestamp() + %(outbox_claim_seconds)s::integer * interval '1 second',
+        %(outbox_sent_at)s::timestamptz, 0
       FROM moved
     RETURNING id
 ), consumed AS (
@@ -267,7 +278,7 @@ def _pg_params(write: CommitWrite) -> dict[str, Any]:
         "next_eligible_at": write.next_eligible_at,
         "budget_used": _json(write.budget_used),
         "lease_owner": write.lease_owner,
-        "lease_until": write.lease_until,
+        "lease_seconds": write.lease_seconds,
         "lease_release": write.lease_release,
         "schema_version": write.schema_version,
         "envelope_sealed": write.envelope_sealed,
@@ -277,7 +288,7 @@ def _pg_params(write: CommitWrite) -> dict[str, Any]:
         "outbox_kind": write.outbox_kind,
         "outbox_payload": _json(write.outbox_payload),
         "outbox_available_at": write.outbox_available_at,
-        "outbox_claimed_until": write.outbox_claimed_until,
+        "outbox_claim_seconds": write.outbox_claim_seconds,
         "outbox_sent_at": write.outbox_sent_at,
         "consumed_outbox_id": write.consumed_outbox_id,
         "now": write.now,
@@ -285,6 +296,10 @@ def _pg_params(write: CommitWrite) -> dict[str, Any]:
 
 
 # --- SQLite -----------------------------------------------------------------------------------
+# The database's clock, as Django writes a datetime ('now' is this machine's: SQLite is
+# embedded, so the one machine's clock is the database's). ``_SQLITE_LATER`` adds seconds.
+_SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
+_SQLITE_LATER = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || %s || ' seconds')"
 _SQLITE_HEAD = _HEAD_SELECT.format(run_id="%s", tenant_id="%s")
 _SQLITE_MOVE = f"""
 UPDATE {RUN} SET version = version + 1, checkpoint_sequence = %s, latest_checkpoint_id = %s,
@@ -292,12 +307,12 @@ UPDATE {RUN} SET version = version + 1, checkpoint_sequence = %s, latest_checkpo
     next_eligible_at = %s, budget_used = %s,
     lease_owner = CASE WHEN %s AND lease_owner = %s THEN '' ELSE lease_owner END,
     lease_expires_at = CASE WHEN %s AND lease_owner = %s THEN NULL
-                            WHEN %s IS NOT NULL AND lease_owner = %s THEN %s
+                            WHEN %s IS NOT NULL AND lease_owner = %s THEN {_SQLITE_LATER}
                             ELSE lease_expires_at END,
     updated_at = %s
  WHERE id = %s AND tenant_id = %s AND version = %s AND status = %s
    AND json(budget_used) = json(%s) AND json(budget_limits) = json(%s)
-   AND (lease_owner = '' OR lease_expires_at IS NULL OR lease_expires_at <= %s
+   AND (lease_owner = '' OR lease_expires_at IS NULL OR lease_expires_at <= {_SQLITE_NOW}
         OR lease_owner = %s)
 """
 _SQLITE_INSERT = f"""
@@ -309,7 +324,7 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 _SQLITE_QUEUE = f"""
 INSERT INTO {OUTBOX} (tenant_id, run_id, kind, payload, created_at, available_at,
     claimed_until, sent_at, attempts)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 0)
+VALUES (%s, %s, %s, %s, %s, %s, CASE WHEN %s IS NULL THEN NULL ELSE {_SQLITE_LATER} END, %s, 0)
 """
 _SQLITE_CONSUME = f"UPDATE {OUTBOX} SET sent_at = %s WHERE id = %s AND sent_at IS NULL"
 
@@ -342,9 +357,9 @@ def _sqlite_commit(write: CommitWrite) -> int | None:
                 write.lease_owner,
                 write.lease_release,
                 write.lease_owner,
-                t(write.lease_until),
+                write.lease_seconds,
                 write.lease_owner,
-                t(write.lease_until),
+                write.lease_seconds,
                 t(write.now),
                 run_id,
                 tenant_id,
@@ -352,7 +367,6 @@ def _sqlite_commit(write: CommitWrite) -> int | None:
                 head.status,
                 _json(head.budget_used),
                 _json(head.budget_limits),
-                t(write.now),
                 write.lease_owner,
             ],
         )
@@ -387,7 +401,8 @@ def _sqlite_commit(write: CommitWrite) -> int | None:
                 _json(write.outbox_payload),
                 t(write.now),
                 t(write.outbox_available_at),
-                t(write.outbox_claimed_until),
+                write.outbox_claim_seconds,
+                write.outbox_claim_seconds,
                 t(write.outbox_sent_at),
             ],
         )

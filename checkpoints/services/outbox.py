@@ -5,6 +5,11 @@ A message is claimed with a conditional UPDATE (``WHERE sent_at IS NULL`` and no
 claim), so two dispatchers never publish one message at the same moment; a dispatcher that
 dies after publishing but before marking the message sent leaves a claim that expires,
 and the sweep publishes it again. Consumers treat a stale or duplicate command as a no-op.
+
+Claims and due times are compared on the database's clock (``cairn.clock``), as leases are:
+a continuing worker's own command is claimed until its lease would expire, on that clock, so
+a dispatcher whose clock runs fast does not publish it early, nor one whose clock runs slow
+late.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -65,16 +70,25 @@ def _publish(message: OutboxMessage) -> None:
 
 
 _OUTBOX = OutboxMessage._meta.db_table
-# Due: unsent, available, and not claimed by a live dispatcher (two timestamp parameters).
+# The database's time, and that time plus a number of seconds (one parameter), per vendor.
+_NOW = {
+    "postgresql": "statement_timestamp()",
+    "sqlite": "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')",
+}
+_LATER = {
+    "postgresql": "statement_timestamp() + %s * interval '1 second'",
+    "sqlite": "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || %s || ' seconds')",
+}
+# Due: unsent, available, and not claimed by a live dispatcher (or a live worker).
 _DUE = (
-    "sent_at IS NULL AND (available_at IS NULL OR available_at <= %s)"
-    " AND (claimed_until IS NULL OR claimed_until < %s)"
+    "sent_at IS NULL AND (available_at IS NULL OR available_at <= {now})"
+    " AND (claimed_until IS NULL OR claimed_until < {now})"
 )
 # The claim: one conditional UPDATE that also returns what to publish, so a dispatcher
 # neither reads the message first nor can claim one another dispatcher holds. ``which`` is
 # the caller's ids, or the sweep's oldest due ones.
 _CLAIM = f"""
-UPDATE {_OUTBOX} SET claimed_until = %s, attempts = attempts + 1
+UPDATE {_OUTBOX} SET claimed_until = {{later}}, attempts = attempts + 1
  WHERE id IN ({{which}}) AND {_DUE}
 RETURNING id, kind, payload
 """
@@ -83,23 +97,21 @@ _SENT = f"UPDATE {_OUTBOX} SET sent_at = %s WHERE id = %s"
 _UNCLAIM = f"UPDATE {_OUTBOX} SET claimed_until = NULL WHERE id = %s"
 
 
-def _claim(
-    message_ids: list[int] | None, *, limit: int, now: datetime, until: datetime
-) -> list[OutboxMessage]:
+def _claim(message_ids: list[int] | None, *, limit: int, seconds: float) -> list[OutboxMessage]:
     """Claim the due messages among ``message_ids`` (all due ones, oldest first, when None),
-    at most ``limit``: one statement."""
-    at = connection.ops.adapt_datetimefield_value(now)
+    at most ``limit``, for ``seconds`` on the database's clock: one statement."""
+    vendor = "postgresql" if connection.vendor == "postgresql" else "sqlite"
+    now, later = _NOW[vendor], _LATER[vendor]
     if message_ids is None:
-        which, which_params = _SWEEP, [at, at, limit]
+        which, which_params = _SWEEP.format(now=now), [limit]
     else:
         which_params = message_ids[:limit]
         which = ", ".join(["%s"] * len(which_params))
         if not which_params:
             return []
-    sql = _CLAIM.format(which=which)
+    sql = _CLAIM.format(which=which, later=later, now=now)
     with connection.cursor() as cursor:
-        params = [connection.ops.adapt_datetimefield_value(until), *which_params, at, at]
-        cursor.execute(sql, params)
+        cursor.execute(sql, [seconds, *which_params])
         rows = cursor.fetchall()
     # PostgreSQL's driver decodes jsonb; SQLite returns the text.
     return [
@@ -125,11 +137,10 @@ def outbox_dispatch(*, message_ids: Iterable[int] | None = None, limit: int = 20
     stays unsent for the next sweep. A dispatcher that dies between publishing and marking
     leaves a claim that expires, and the message is published again (at least once).
     """
-    now = timezone.now()
-    claim_until = now + timedelta(seconds=settings.CAIRN_OUTBOX_CLAIM_SECONDS)
     ids = None if message_ids is None else list(message_ids)
     published = 0
-    for message in _claim(ids, limit=limit, now=now, until=claim_until):
+    claimed = _claim(ids, limit=limit, seconds=settings.CAIRN_OUTBOX_CLAIM_SECONDS)
+    for message in claimed:
         try:
             _publish(message)
         except Exception:

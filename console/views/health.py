@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from checkpoints.models import ACTIVE_STATUSES, Checkpoint, Run, RunStatus, WorkerHeartbeat
+from checkpoints.models import ACTIVE_STATUSES, Checkpoint, Run, RunStatus
 from console.run_reads import optional_selector
 from console.selectors import stalled_operations, status_counts
+from runtime.heartbeats import workers_liveness
 from tenants import roles
 from tenants.access import console_view
 
 LIST_LIMIT = 20
 DEFAULT_RESTORES = 3
-WORKER_WINDOW = timedelta(minutes=5)
 
 
 def _restore_threshold(request: HttpRequest) -> int:
@@ -48,9 +47,8 @@ def health(request: HttpRequest) -> HttpResponse:
         if expired_selector
         else None
     )
-    workers = list(WorkerHeartbeat.objects.order_by("-last_seen_at")[:LIST_LIMIT])
-    for worker in workers:
-        worker.recent = worker.last_seen_at >= now - WORKER_WINDOW
+    # Live or dead by the age of each worker's last beat, as the rescue judges it.
+    workers = workers_liveness(limit=LIST_LIMIT)
     context = {
         "counts": [(s, label, counts[s]) for s, label in RunStatus.choices],
         "total": sum(counts.values()),
@@ -62,8 +60,10 @@ def health(request: HttpRequest) -> HttpResponse:
         "stalled_count": stalled.count(),
         "expired_approvals": expired,
         "workers": workers,
-        "workers_recent": sum(1 for w in workers if w.recent),
-        "worker_window_minutes": int(WORKER_WINDOW.total_seconds() // 60),
+        "workers_recent": sum(1 for w in workers if w.live),
+        "workers_clock_off": sum(1 for w in workers if w.clock_off),
+        "worker_dead_seconds": settings.CAIRN_WORKER_DEAD_SECONDS,
+        "clock_skew_limit": settings.CAIRN_CLOCK_SKEW_LIMIT_SECONDS,
         "now": now,
     }
     return render(request, "console/health.html", context)

@@ -28,6 +28,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from cairn import clock
 from cairn.credentials import free_text_refuse
 from cairn.errors import (
     ActionNotAllowed,
@@ -38,6 +39,7 @@ from cairn.errors import (
     NotFound,
     RunNotActive,
 )
+from checkpoints.approvals_port import AwaitedApproval, approvals_port
 from checkpoints.models import Execution, Run, RunStatus
 from checkpoints.services import outbox
 from checkpoints.services.budgets import BUDGET_LIMIT_MAX, budget_exhausted
@@ -221,11 +223,39 @@ def gated_states(definition: dict[str, Any]) -> set[str]:
 
 
 # --- resume ---------------------------------------------------------------------------------
-def resume_check(run: Run) -> None:
-    """The refusals of ``run_resume`` for the run as it is (reads nothing more), so a
-    confirmation can show them before anyone confirms. Raises RunNotActive,
-    ActionNotAllowed or BudgetExhausted."""
+def _waiting_sentence(run: Run, awaited: AwaitedApproval | None) -> str:
+    """Why a run waiting for approval has nothing to resume, naming what it waits on."""
+    if awaited is None:
+        return (
+            f"The run waits at its approval state {run.state} with no request open for its "
+            "version (the last one expired or was replaced); there is nothing to resume. "
+            "Retry the step before the approval state to ask again, or cancel the run."
+        )
+    if awaited.status == "pending":
+        return (
+            f"The run waits for a decision on approval request {awaited.request_id} (pending, "
+            f"open until {awaited.expires_at:%Y-%m-%d %H:%M:%S} UTC). Decide it, and the run "
+            "goes on by itself; there is nothing to resume."
+        )
+    return (
+        f"The run's approval request {awaited.request_id} is {awaited.status}; no decision "
+        "is left for the run to act on. Retry the step before the approval state to ask "
+        "again, or cancel the run."
+    )
+
+
+def resume_check(run: Run) -> AwaitedApproval | None:
+    """The refusals of ``run_resume`` for the run as it is, so a confirmation can show them
+    before anyone confirms. Reads nothing more, except the approval a worker run waiting
+    for one is bound to: returned when it is decided and only the run's command is missing
+    (then a resume sends that command again). Raises RunNotActive, ActionNotAllowed or
+    BudgetExhausted."""
     refuse_finished(run, "resumed")
+    if run.status == RunStatus.WAITING_APPROVAL and run.execution == Execution.WORKER:
+        awaited = approvals_port().approval_awaited(run=run)
+        if awaited is None or not awaited.decided:
+            raise ActionNotAllowed(_waiting_sentence(run, awaited))
+        return awaited
     if run.status not in RESUMABLE:
         raise ActionNotAllowed(_NOT_RESUMABLE.get(run.status, f"The run is {run.status}."))
     if run.state in (run.workflow.definition.get("terminal") or ()):
@@ -236,6 +266,7 @@ def resume_check(run: Run) -> None:
             "nothing left to resume. Retry a named step or fork the run instead."
         )
     refuse_exhausted(run, "resumed")
+    return None
 
 
 def run_resume(
@@ -254,15 +285,21 @@ def run_resume(
     budget needs ``run_grant_budget`` first. The reason is optional (in docs/api.md the
     body is only ``expected_version``); the console always asks for one.
 
+    A worker run waiting for approval whose request is decided (its command was lost)
+    gets that command again, at its current version: the version does not move, because
+    the approval is bound to it, and the approval gate then moves the run on as decided.
+
     Raises NotFound, ConcurrentCheckpointWrite, RunNotActive (cancelled, succeeded,
-    cancelling), ActionNotAllowed (running, waiting for approval, reconciling, or a failed
+    cancelling), ActionNotAllowed (running, reconciling, waiting for a decision, or a failed
     run whose latest checkpoint is in a terminal state) or BudgetExhausted.
     """
     reason = reason_clean(reason, required=False)
     with transaction.atomic():
         run = locked_run(tenant=tenant, run_id=run_id)
         version_check(run, expected_version)
-        resume_check(run)
+        awaited = resume_check(run)
+        if awaited is not None:
+            return _resume_decided(run, awaited, reason=reason, actor=actor)
         previous = run.status
         version = version_bump(
             run,
@@ -281,6 +318,32 @@ def run_resume(
             reason=reason,
             details={"from_status": previous, "version": version},
         )
+    return run_reload(run)
+
+
+def _resume_decided(run: Run, awaited: AwaitedApproval, *, reason: str, actor: Actor) -> Run:
+    """Send a waiting run's lost command again, at its current version (the caller's
+    transaction)."""
+    enqueue_continue(run, run.version)
+    audit_record(
+        tenant=run.tenant,
+        actor=actor,
+        action="run.resume",
+        run_id=run.id,
+        target=f"run {run.id}",
+        reason=reason,
+        details={
+            "from_status": run.status,
+            "version": run.version,
+            "command_sent_again": True,
+            "approval_request_id": str(awaited.request_id),
+            "approval_status": awaited.status,
+        },
+    )
+    log.info(
+        "command of a decided approval sent again",
+        extra={"run": str(run.id), "approval_request": str(awaited.request_id)},
+    )
     return run_reload(run)
 
 
@@ -337,7 +400,7 @@ def grant_refusal_while_leased(run: Run) -> str | None:
     being executed under the current version, and a grant moves the version, so that step's
     commit would be refused as stale and the step (its paid model calls too) would run again.
     """
-    if not run.lease_held():
+    if not run.lease_held(clock.db_now()):  # nothing checks it again: the database's time
         return None
     return (
         f"A worker is running this run right now ({run.lease_owner} holds its lease until "

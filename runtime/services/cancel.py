@@ -26,6 +26,7 @@ from uuid import UUID
 
 from django.db import transaction
 
+from cairn import clock
 from cairn.errors import CairnError, RunNotActive
 from checkpoints.approvals_port import approvals_port
 from checkpoints.models import OperationStatus, Run, RunStatus
@@ -135,7 +136,9 @@ def run_cancel_settle(*, tenant: Tenant, run_id: UUID | str, actor: Actor) -> bo
             operation.refresh_from_db()
             if operation.status not in (OperationStatus.RESERVED, OperationStatus.PENDING):
                 continue
-            if answer.outcome == Outcome.NOT_FOUND and not run.lease_held():
+            # Never performed only if no worker may be performing it right now: the lease,
+            # read on the database's clock (nothing checks this decision again).
+            if answer.outcome == Outcome.NOT_FOUND and not run.lease_held(clock.db_now()):
                 operation_fail(
                     operation_id=operation.id,
                     reason="the run was cancelled before this operation was performed "

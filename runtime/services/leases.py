@@ -3,6 +3,10 @@
 A lease does not change the run's version (it is not history); it is granted only while the
 caller's ``expected_version`` is current, so a worker holding a stale command cannot lease.
 Taking over an expired lease of another owner is a restore and increments restore_count.
+
+Expiry is set and compared on the database's clock (``cairn.clock``): the UPDATE writes
+``Now() + ttl`` and calls a lease free when it ``<= Now()``, so a worker whose clock is off
+neither takes a healthy lease early nor sets one that has already expired.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ from uuid import UUID
 
 from django.core.exceptions import ValidationError
 from django.db.models import F, Q
-from django.utils import timezone
+from django.db.models.functions import Now
 
+from cairn import clock
 from cairn.credentials import free_text_refuse
 from cairn.errors import ConcurrentCheckpointWrite, InvalidRequest, LeaseHeld, RunNotActive
 from checkpoints.models import ACTIVE_STATUSES, Run
@@ -46,8 +51,10 @@ def lease_acquire(
     """Grant or renew the lease to ``owner``. One conditional UPDATE; atomic.
 
     ``run`` is the run as the caller just read it (a worker reads it to decide whether to
-    lease at all); without it the run is read first. The UPDATE checks the version either
-    way, so a stale ``run`` is refused, never leased.
+    lease at all); without it the run is read first, and the returned ``expires_at`` is
+    read back from the row (the database's value, for an API client). With ``run`` it is
+    this process's estimate (``cairn.clock.now``): a worker renews well before it anyway.
+    The UPDATE checks the version either way, so a stale ``run`` is refused, never leased.
 
     Raises NotFound, RunNotActive, ConcurrentCheckpointWrite (the version moved) or
     LeaseHeld (another owner's lease has not expired).
@@ -61,11 +68,12 @@ def lease_acquire(
             f"ttl_seconds must be between 1 and {MAX_TTL_SECONDS}.",
             fields={"ttl_seconds": "out of range"},
         )
-    now = timezone.now()
-    expires = now + timedelta(seconds=ttl_seconds)
-    if run is None or str(run.pk) != str(run_id) or run.tenant_id != tenant.id:
+    ttl = timedelta(seconds=ttl_seconds)
+    expires = Now() + ttl  # on the database's clock, like every comparison below
+    read_back = run is None or str(run.pk) != str(run_id) or run.tenant_id != tenant.id
+    if read_back:
         run = run_get(tenant=tenant, run_id=run_id)
-    free = Q(lease_owner="") | Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now)
+    free = Q(lease_owner="") | Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=Now())
     mine = Q(lease_owner=owner)
     base = Run.objects.filter(pk=run.pk, version=expected_version, status__in=ACTIVE_STATUSES)
     # The three cases are disjoint (a free lease, this owner's, another owner's expired
@@ -96,10 +104,14 @@ def lease_acquire(
         )
     # The UPDATE matched the expected version, so the run is at it; a take-over counted one
     # more restore than the run had when it was read.
+    if read_back:
+        expires_at = Run.objects.values_list("lease_expires_at", flat=True).get(pk=run.pk)
+    else:
+        expires_at = clock.now() + ttl
     return Lease(
         run_id=run.id,
         owner=owner,
-        expires_at=expires,
+        expires_at=expires_at,
         run_version=expected_version,
         restore_count=run.restore_count + (1 if took_over else 0),
         took_over=took_over,
