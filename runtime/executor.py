@@ -32,6 +32,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.utils import timezone
+from opentelemetry.trace import Span
 
 from cairn.errors import (
     ArtifactHashMismatch,
@@ -50,6 +51,7 @@ from checkpoints.services.checkpoints import BUDGET_USED_KEYS, CommitResult, che
 from checkpoints.services.commit_sql import RunHead, run_lease_check
 from runtime.services.leases import lease_acquire
 from runtime.services.operations import operations_envelope_entries
+from telemetry import tracing
 from tenants.services import Actor
 
 from . import hooks
@@ -60,6 +62,7 @@ from .lease import LeaseKeeper, used_merge
 from .model_client import ModelClient, ModelError, model_client_default
 from .registry import workflow_code
 from .restore import (
+    CHECKS,
     Halt,
     Restored,
     credentials_check,
@@ -117,8 +120,27 @@ def run_advance(
     ``waiting_retry``, ``succeeded``, ``failed``, ``paused``, ``handed_over``).
 
     Never raises for a domain condition; every write it makes is a service transaction.
+    Traced as one ``cairn.run.advance`` span (in the run's trace: the command carried it),
+    with its restore as an event and each step attempt as a span inside.
     """
     owner = owner or worker_identity()
+    with tracing.advance_span(run_id=run_id, worker=owner) as span:
+        outcome = _advance(
+            run_id=run_id, expected_version=expected_version, owner=owner, model=model, span=span
+        )
+        if span.is_recording():
+            span.set_attribute(tracing.OUTCOME, outcome)
+        return outcome
+
+
+def _advance(
+    *,
+    run_id: UUID | str,
+    expected_version: int,
+    owner: str,
+    model: ModelClient | None,
+    span: Span,
+) -> str:
     try:  # get(), not first(): no ORDER BY to build for a primary key
         run = Run.objects.select_related("workflow", "tenant").get(pk=run_id)
     except Run.DoesNotExist:
@@ -159,6 +181,15 @@ def run_advance(
             "took over an expired lease (restore)",
             extra={"run": str(run.pk), "restore_count": lease.restore_count},
         )
+    if span.is_recording():
+        span.set_attributes(
+            {
+                tracing.TENANT: run.tenant.slug,
+                tracing.WORKFLOW_TYPE: run.workflow_type,
+                tracing.WORKFLOW_VERSION: run.workflow_version,
+                tracing.RESTORE_COUNT: lease.restore_count,
+            }
+        )
     worker_heartbeat(owner)
     run.lease_owner, run.lease_expires_at = owner, lease.expires_at
     run.restore_count = lease.restore_count
@@ -166,7 +197,9 @@ def run_advance(
         run=run, owner=owner, version=lease.run_version, ttl_seconds=settings.CAIRN_LEASE_SECONDS
     )
     try:
-        return _Advance(run, keeper, model or model_client_default()).work()
+        return _Advance(
+            run, keeper, model or model_client_default(), took_over=lease.took_over
+        ).work()
     except LeaseLost as exc:
         log.warning("lease lost; work discarded", extra={"run": str(run.pk), "why": str(exc)})
         return "lease_lost"
@@ -175,8 +208,12 @@ def run_advance(
 
 
 class _Advance:
-    def __init__(self, run: Run, keeper: LeaseKeeper, model: ModelClient) -> None:
+    def __init__(
+        self, run: Run, keeper: LeaseKeeper, model: ModelClient, *, took_over: bool = False
+    ) -> None:
         self.run = run
+        self.took_over = took_over  # this task's lease was a dead worker's (a restore)
+        self.step_span: Span | None = None  # the step attempt being executed
         self.keeper = keeper
         self.model = model
         self.code: Workflow | None = workflow_code(run.workflow_type, run.workflow_version)
@@ -185,6 +222,7 @@ class _Advance:
         # last commit wrote, while nothing it cannot see is left to reconcile.
         self.lean: Restored | None = None
         self.prepaid = False  # the last commit charged the next step's attempt
+        self.lean_turn = False  # this turn restored from this worker's own last commit
         self.last_turn = False
 
     def work(self) -> str:
@@ -194,6 +232,7 @@ class _Advance:
             self.last_turn = turn == settings.CAIRN_STEPS_PER_TASK - 1
             restored = self.lean
             self.lean = None
+            self.lean_turn = restored is not None
             if restored is not None:
                 self.still_ours()  # the step's one read
                 # Step 6 of the restore, as there: credentials still resolve, budgets.
@@ -213,6 +252,7 @@ class _Advance:
                     raise LeaseLost("the run changed while this worker held its lease")
                 self.keeper.head = RunHead.of(run)
                 restored = restore_latest(run, self.code)
+                self.restore_traced(restored)
                 if isinstance(restored, Halt):
                     return self.halt(restored)
             try:
@@ -223,6 +263,28 @@ class _Advance:
             if outcome != "continue":
                 return outcome
         return "handed_over" if self.handover() else "lease_lost"
+
+    def restore_traced(self, restored: Restored | Halt) -> None:
+        """The restore as an event of the task's span: the checks it passed, in order, and
+        the one that stopped the run (its reason stays in the run's status, not here)."""
+        if not tracing.current_span().is_recording():
+            return
+        halted = restored.check if isinstance(restored, Halt) else ""
+        passed = CHECKS[: CHECKS.index(halted)] if halted in CHECKS else CHECKS
+        done = restored.restored if isinstance(restored, Halt) else restored
+        tracing.event(
+            tracing.RESTORE_EVENT,
+            {
+                "cairn.restore.checks": ["lease", *passed],
+                "cairn.restore.halted_at": halted or None,
+                tracing.OUTCOME: restored.action if isinstance(restored, Halt) else "restored",
+                "cairn.restore.took_over": self.took_over,
+                tracing.RESTORE_COUNT: self.run.restore_count,
+                tracing.SEQUENCE: self.run.checkpoint_sequence,
+                "cairn.restore.migrated_from": done.migrated_from if done else None,
+            },
+        )
+        self.took_over = False  # a later full restore of this task takes nothing over
 
     def still_ours(self) -> None:
         """One read before a lean step: the run is at the version this worker wrote, still
@@ -269,6 +331,26 @@ class _Advance:
         else:
             used = keeper.charge(attempts_used=1)  # spent before the step runs: module doc
         self.prepaid = False
+        with tracing.step_span(
+            run_id=self.run.pk,
+            step=spec.name,
+            attempt=int(used.get("attempts_used", 0)),
+            worker=keeper.owner,
+            lean=self.lean_turn,
+            run_trace=self.run.trace_context,
+        ) as span:
+            self.step_span = span
+            try:
+                outcome = self.attempt(spec, restored, used)
+            finally:
+                self.step_span = None
+            if span.is_recording():
+                span.set_attribute(tracing.OUTCOME, outcome)
+            return outcome
+
+    def attempt(self, spec: StepSpec, restored: Restored, used: dict) -> str:
+        """Run one attempt of ``spec`` (its attempt already charged) and commit it."""
+        keeper = self.keeper
         keeper.restart_clock()  # the step's own time is charged by its checkpoint
         ctx = StepContext(
             run=self.run,
@@ -375,6 +457,17 @@ class _Advance:
 
     def approval(self, restored: Restored, spec) -> str:  # noqa: ANN001
         outcome = hooks.approval_gate(run=self.run, spec=spec, envelope=restored.envelope)
+        tracing.event(
+            tracing.APPROVAL_EVENT,
+            {
+                "cairn.approval.decision": outcome.decision,
+                "cairn.approval.action": spec.action,
+                "cairn.approval.request_id": _text_or_none(
+                    outcome.evidence.get("control", {}).get("approval_request_id")
+                ),
+                tracing.STATE: spec.state,
+            },
+        )
         if outcome.decision == "wait":
             return "waiting_approval"
         evidence = evidence_normalize(restored.envelope.get("evidence"))
@@ -498,6 +591,8 @@ class _Advance:
                 f"the checkpoint for {step or state} was refused: {exc.detail}{fields}"
             )
         self.keeper.committed(version=result.run_version, used=groups["budgets"], head=result.head)
+        if self.step_span is not None:  # the checkpoint this step attempt committed
+            tracing.checkpoint_committed(self.step_span, result, state=state)
         log.info(
             "step committed",
             extra={"run": str(self.run.pk), "step": step, "sequence": result.sequence},
@@ -585,6 +680,10 @@ class _Advance:
                 reason=halt.reason,
             )
         return self.pause(halt.reason)
+
+
+def _text_or_none(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def _interpret(spec: StepSpec, returned: Any) -> tuple[str, dict[str, Any]]:

@@ -21,6 +21,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from checkpoints.models import OutboxMessage, Run
+from telemetry.tracing import message_headers, run_context
 
 log = logging.getLogger("cairn.outbox")
 
@@ -61,7 +62,14 @@ def _publish(message: OutboxMessage) -> None:
         return
     from cairn.celery import app
 
-    app.send_task(task, kwargs=message.payload, retry=False)
+    # The run's trace goes with its command, whoever publishes it (a web request, the sweep,
+    # the rescue of a dead worker's run): the worker that executes it traces into the run's
+    # trace. Published in that context, the Celery instrumentation's own span joins it too.
+    trace_context = getattr(message, "run_trace_context", "")
+    with run_context(trace_context):
+        app.send_task(
+            task, kwargs=message.payload, retry=False, headers=message_headers(trace_context)
+        )
 
 
 _OUTBOX = OutboxMessage._meta.db_table
@@ -73,10 +81,12 @@ _DUE = (
 # The claim: one conditional UPDATE that also returns what to publish, so a dispatcher
 # neither reads the message first nor can claim one another dispatcher holds. ``which`` is
 # the caller's ids, or the sweep's oldest due ones.
+_RUN = Run._meta.db_table
 _CLAIM = f"""
 UPDATE {_OUTBOX} SET claimed_until = %s, attempts = attempts + 1
  WHERE id IN ({{which}}) AND {_DUE}
-RETURNING id, kind, payload
+RETURNING id, kind, payload,
+    (SELECT trace_context FROM {_RUN} WHERE {_RUN}.id = {_OUTBOX}.run_id)
 """
 _SWEEP = f"SELECT id FROM {_OUTBOX} WHERE {_DUE} ORDER BY id LIMIT %s"
 _SENT = f"UPDATE {_OUTBOX} SET sent_at = %s WHERE id = %s"
@@ -87,7 +97,8 @@ def _claim(
     message_ids: list[int] | None, *, limit: int, now: datetime, until: datetime
 ) -> list[OutboxMessage]:
     """Claim the due messages among ``message_ids`` (all due ones, oldest first, when None),
-    at most ``limit``: one statement."""
+    at most ``limit``, each with its run's trace context (``run_trace_context``, not a
+    column of the message): one statement."""
     at = connection.ops.adapt_datetimefield_value(now)
     if message_ids is None:
         which, which_params = _SWEEP, [at, at, limit]
@@ -102,14 +113,16 @@ def _claim(
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     # PostgreSQL's driver decodes jsonb; SQLite returns the text.
-    return [
-        OutboxMessage(
+    messages = []
+    for pk, kind, payload, trace_context in sorted(rows):
+        message = OutboxMessage(
             id=pk,
             kind=kind,
             payload=json.loads(payload) if isinstance(payload, str | bytes) else payload,
         )
-        for pk, kind, payload in sorted(rows)
-    ]
+        message.run_trace_context = trace_context or ""
+        messages.append(message)
+    return messages
 
 
 def _mark(sql: str, *params: Any) -> None:
