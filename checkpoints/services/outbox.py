@@ -154,9 +154,9 @@ def outbox_dispatch(*, message_ids: Iterable[int] | None = None, limit: int = 20
     return published
 
 
-def outbox_lag_seconds() -> float:
-    """Age of the oldest due, unsent message (0 when the outbox is drained)."""
-    now = timezone.now()
+def outbox_lag_seconds(now: datetime | None = None) -> float:
+    """Age of the oldest due, unsent message as of ``now`` (0 when the outbox is drained)."""
+    now = now or timezone.now()
     oldest = (
         OutboxMessage.objects.filter(sent_at__isnull=True)
         .filter(Q(available_at__isnull=True) | Q(available_at__lte=now))
