@@ -285,10 +285,11 @@ def run_context(traceparent: str) -> Iterator[None]:
 
 
 def trace_url(template: str, traceparent: str) -> str:
-    """``template`` with ``{trace_id}`` replaced by the run's trace id ('' without either).
-    A plain replacement: a Grafana Explore URL holds JSON braces of its own."""
+    """``template`` with ``{trace_id}`` replaced by the run's trace id ('' without either,
+    and for a template that is not an http(s) URL: a link never runs script). A plain
+    replacement: a Grafana Explore URL holds JSON braces of its own."""
     trace_id = trace_id_of(traceparent)
-    if not template or not trace_id:
+    if not trace_id or not template.startswith(("https://", "http://")):
         return ""
     return template.replace("{trace_id}", trace_id)
 

@@ -129,7 +129,6 @@ def test_every_command_of_a_run_carries_its_trace_whoever_publishes_it(acme, bob
     """The dispatcher publishes each command with its run's trace context in the message
     headers: the first command, and the rescue's after a worker died."""
     from cairn.celery import app
-
     from runtime.services.runs import run_create
 
     settings.CAIRN_DISPATCH_ON_COMMIT = False
@@ -181,3 +180,36 @@ def test_the_trace_link_fills_in_the_trace_id_and_nothing_else():
     assert tracing.trace_url("", stored) == ""
     assert tracing.trace_url("http://jaeger/trace/{trace_id}", "") == ""
     assert tracing.trace_url("http://jaeger/trace/{trace_id}", "00-zz-1-01") == ""
+    assert tracing.trace_url("javascript:alert('{trace_id}')", stored) == ""
+
+
+@pytest.mark.django_db
+def test_the_run_page_links_to_the_runs_trace_only_with_a_template(
+    client, settings, acme, bob, workflow
+):  # noqa: ANN001
+    from django.urls import reverse
+
+    from runtime.services.runs import run_create
+
+    run = run_create(
+        tenant=acme, workflow_type="research", execution="external", actor=Actor(user=bob)
+    )
+    client.force_login(bob)
+    url = reverse("console:run_detail", args=[run.pk])
+    settings.CAIRN_TRACE_URL_TEMPLATE = ""
+    assert 'id="run-trace"' not in client.get(url).content.decode()
+    settings.CAIRN_TRACE_URL_TEMPLATE = "http://jaeger.example:16686/trace/{trace_id}"
+    html = client.get(url).content.decode()
+    trace_id = tracing.trace_id_of(run.trace_context)
+    assert len(trace_id) == 32
+    assert f'href="http://jaeger.example:16686/trace/{trace_id}" id="run-trace"' in html
+
+
+def test_a_trace_link_template_that_cannot_work_is_reported_at_start_up(settings):
+    from observability.checks import trace_url_template_check
+
+    for broken in ("jaeger:16686/trace/{trace_id}", "http://jaeger:16686/search"):
+        settings.CAIRN_TRACE_URL_TEMPLATE = broken
+        assert [e.id for e in trace_url_template_check(None)] == ["cairn.E102"]
+    settings.CAIRN_TRACE_URL_TEMPLATE = "https://tempo.example/trace/{trace_id}"
+    assert trace_url_template_check(None) == []

@@ -68,9 +68,9 @@ def test_a_run_killed_mid_step_and_finished_by_a_second_worker_is_one_trace(
     carol,
     broker,
     worker_factory,
-    web_server,
+    web_server,  # noqa: F811
     publishing_service,
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ):
     gate = tmp_path / "gate"
     gate.mkdir()
