@@ -27,7 +27,9 @@ from bench.common import (  # noqa: E402
     write_json,
 )
 
-CASES = os.environ.get("BENCH_CASES", "commit,writers,http,restore,steps,contention").split(",")
+CASES = os.environ.get("BENCH_CASES", "commit,writers,http,restore,steps,contention,tracing").split(
+    ","
+)
 
 
 def machine() -> str:
@@ -174,6 +176,11 @@ def main() -> int:
     if "contention" in CASES:
         print("case 5: contention", flush=True)
         measurements += cases.contention_case(tenant)
+    if "tracing" in CASES:
+        print("case 6: what tracing costs (commit, worker step)", flush=True)
+        from bench.tracing_case import tracing_case
+
+        measurements += tracing_case(tenant)
     rows = ratios(measurements)
     elapsed = time.perf_counter() - clock
     write_json(

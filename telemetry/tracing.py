@@ -27,6 +27,7 @@ import os
 import secrets
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
@@ -77,6 +78,8 @@ INSTRUMENTATIONS = ("django", "celery", "psycopg")
 DEFAULT_EXCLUDED_URLS = "/metrics,/static/"
 
 _tracer: trace.Tracer | None = None
+# The step span that records its own commit (so the commit opens no span of its own).
+_recording_commits: ContextVar[Span | None] = ContextVar("cairn_step_span", default=None)
 
 
 class TracingMisconfigured(Exception):
@@ -345,19 +348,26 @@ def advance_span(*, run_id: object, worker: str) -> Any:
     return _span(ADVANCE_SPAN, {RUN_ID: str(run_id), WORKER: worker})
 
 
+@contextmanager
 def step_span(
     *, run_id: object, step: str, attempt: int, worker: str, lean: bool, run_trace: str
-) -> Any:
-    """One step attempt; ``checkpoint_committed`` adds the checkpoint it committed.
+) -> Iterator[Span]:
+    """One step attempt; ``checkpoint_committed`` adds the checkpoint it committed (the
+    step's own commit opens no span of its own: this one records it).
 
     Its parent is the run's own trace context (``run_trace``, stored with the run), linked
     to the task that ran it: a worker killed mid-task never ends (so never exports) its
     task's span, and the steps it finished must not hang from a span nobody will see."""
-    return _span(
+    with _span(
         f"{STEP_SPAN} {step}",
         {RUN_ID: str(run_id), STEP: step, ATTEMPT: attempt, WORKER: worker, LEAN: lean},
         parent=run_trace,
-    )
+    ) as span:
+        token = _recording_commits.set(span)
+        try:
+            yield span
+        finally:
+            _recording_commits.reset(token)
 
 
 def effect_span(*, run_id: object, action: str, provider: str) -> Any:
@@ -430,13 +440,21 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def commit_traced(commit: F) -> F:
-    """A ``cairn.checkpoint.commit`` span around every call of the decorated commit, for
-    every writer (worker, effect, runner over HTTP, LangGraph saver, operator action)
-    alike; the commit's own body is not touched. A refusal is recorded by its code."""
+    """A ``cairn.checkpoint.commit`` span around every call of the decorated commit made in
+    a trace, for every writer alike (a runner over HTTP, an effect, an operator's action,
+    the LangGraph saver in a traced application); the commit's own body is not touched. A
+    refusal is recorded by its code.
+
+    A commit joins a trace, it never starts one: called outside any trace (an untraced
+    embedding application) it opens none, since a trace of one commit tells nobody
+    anything. A step's own commit is recorded by the step's span instead."""
 
     @functools.wraps(commit)
     def traced(**kwargs: Any) -> Any:
         if _tracer is None:
+            return commit(**kwargs)
+        current = trace.get_current_span()
+        if not current.get_span_context().is_valid or current is _recording_commits.get():
             return commit(**kwargs)
         state = kwargs.get("state", "")
         attributes = {
@@ -445,9 +463,17 @@ def commit_traced(commit: F) -> F:
             STEP: kwargs.get("step", ""),
             EXPECTED_VERSION: kwargs.get("expected_version"),
         }
-        with _span(COMMIT_SPAN, attributes) as span:
+        span = _tracer.start_span(COMMIT_SPAN, attributes=attributes, record_exception=False)
+        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
             result = commit(**kwargs)
             checkpoint_committed(span, result, state=state)
             return result
+        except BaseException as exc:
+            failed(span, exc)
+            raise
+        finally:
+            otel_context.detach(token)
+            span.end()
 
     return traced  # type: ignore[return-value]

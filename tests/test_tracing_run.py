@@ -217,8 +217,16 @@ def test_a_run_killed_mid_step_and_finished_by_a_second_worker_is_one_trace(
         if e["name"] == "cairn.approval"
     ]
     assert decisions[0] == "wait" and decisions[-1] == "approved"
+    # A step's own commit is recorded by its span; the effect's pending and post-action
+    # checkpoints are commits of their own inside the effect's span.
+    effect_commits = [s for s in spans if s["parent_span_id"] == effect[0]["span_id"]]
+    assert [s["name"] for s in effect_commits] == ["cairn.checkpoint.commit"] * 2
+    sequences = sorted(s["attributes"]["cairn.checkpoint.sequence"] for s in effect_commits)
+    published = spans_named(ours, "cairn.step publish")[0]["attributes"]
+    assert sequences == [published["cairn.checkpoint.sequence"] - i for i in (2, 1)]
+    step_span_ids = {s["span_id"] for s in steps}
     commits = spans_named(ours, "cairn.checkpoint.commit")
-    assert len(commits) >= len(steps)
+    assert not [c for c in commits if c["parent_span_id"] in step_span_ids]
 
     # Nothing the run was given, and no credential, in any span of any process.
     for span in spans:
