@@ -83,7 +83,6 @@ def _serve(conn, environ: dict[str, str]) -> None:  # noqa: ANN001
 
     setup_django()
     from bench import cairn_side
-
     from telemetry.tracing import run_context
 
     tenant = cairn_side.tenant()
