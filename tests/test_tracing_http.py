@@ -132,6 +132,8 @@ def test_every_command_of_a_run_carries_its_trace_whoever_publishes_it(acme, bob
     from runtime.services.runs import run_create
 
     settings.CAIRN_DISPATCH_ON_COMMIT = False
+    with Connection(app.conf.broker_url) as connection:  # the process's in-memory broker
+        connection.SimpleQueue("celery").clear()  # what earlier tests left in it
     run = run_create(
         tenant=acme, workflow_type="research", inputs={"question": MARKER}, actor=Actor(user=bob)
     )
