@@ -26,7 +26,7 @@ import logging
 import os
 import secrets
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
@@ -224,6 +224,7 @@ def traceparent_of(context: trace.SpanContext) -> str:
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
 
 
+@functools.lru_cache(maxsize=1024)  # a worker parses its runs' contexts at every step
 def _parsed(traceparent: str) -> trace.SpanContext | None:
     parts = (traceparent or "").split("-")
     if len(parts) != 4 or len(parts[1]) != 32 or len(parts[2]) != 16 or len(parts[3]) != 2:
@@ -298,38 +299,71 @@ def trace_url(template: str, traceparent: str) -> str:
 
 
 # --- spans ----------------------------------------------------------------------------------
-@contextmanager
+class _Span:
+    """A span made current for a ``with`` block (a plain class: this runs for every step,
+    model call and effect, and a generator-based context manager costs more). Failures are
+    recorded by type and code only: an exception's message may quote a payload."""
+
+    __slots__ = ("name", "attributes", "kind", "parent", "records_commits", "span", "tokens")
+
+    def __init__(
+        self,
+        name: str,
+        attributes: dict[str, Any],
+        kind: SpanKind = SpanKind.INTERNAL,
+        *,
+        parent: str = "",
+        records_commits: bool = False,
+    ) -> None:
+        self.name, self.attributes, self.kind = name, attributes, kind
+        self.parent, self.records_commits = parent, records_commits
+
+    def __enter__(self) -> Span:
+        context, links = None, None
+        stored = _parsed(self.parent) if self.parent else None
+        if stored is not None:
+            # Under the run's own context, linked to the span current here (the task's).
+            here = trace.get_current_span().get_span_context()
+            context = trace.set_span_in_context(trace.NonRecordingSpan(stored))
+            links = [trace.Link(here)] if here.is_valid else None
+        span = self.span = _tracer.start_span(
+            self.name,
+            context=context,
+            kind=self.kind,
+            attributes=self.attributes,
+            links=links,
+            record_exception=False,
+        )
+        self.tokens = (
+            otel_context.attach(trace.set_span_in_context(span)),
+            _recording_commits.set(span) if self.records_commits else None,
+        )
+        return span
+
+    def __exit__(self, kind: type | None, exc: BaseException | None, tb: object) -> None:
+        context_token, commits_token = self.tokens
+        if commits_token is not None:
+            _recording_commits.reset(commits_token)
+        otel_context.detach(context_token)
+        if exc is not None:
+            failed(self.span, exc)
+        self.span.end()
+
+
+_NO_SPAN = nullcontext(INVALID_SPAN)
+
+
 def _span(
     name: str,
     attributes: dict[str, Any],
     kind: SpanKind = SpanKind.INTERNAL,
     *,
     parent: str = "",
-) -> Iterator[Span]:
+    records_commits: bool = False,
+) -> _Span | nullcontext:
     if _tracer is None:
-        yield INVALID_SPAN
-        return
-    context, links = None, None
-    stored = _parsed(parent) if parent else None
-    if stored is not None:
-        # Under the run's own context, linked to the span that is current here (the task).
-        here = trace.get_current_span().get_span_context()
-        context = trace.set_span_in_context(trace.NonRecordingSpan(stored))
-        links = [trace.Link(here)] if here.is_valid else None
-    with _tracer.start_as_current_span(
-        name,
-        context=context,
-        kind=kind,
-        attributes=attributes,
-        links=links,
-        record_exception=False,  # an exception's message may quote a payload
-        set_status_on_exception=False,
-    ) as span:
-        try:
-            yield span
-        except BaseException as exc:
-            failed(span, exc)
-            raise
+        return _NO_SPAN
+    return _Span(name, attributes, kind, parent=parent, records_commits=records_commits)
 
 
 def failed(span: Span, exc: BaseException) -> None:
@@ -348,26 +382,21 @@ def advance_span(*, run_id: object, worker: str) -> Any:
     return _span(ADVANCE_SPAN, {RUN_ID: str(run_id), WORKER: worker})
 
 
-@contextmanager
 def step_span(
     *, run_id: object, step: str, attempt: int, worker: str, lean: bool, run_trace: str
-) -> Iterator[Span]:
+) -> Any:
     """One step attempt; ``checkpoint_committed`` adds the checkpoint it committed (the
     step's own commit opens no span of its own: this one records it).
 
     Its parent is the run's own trace context (``run_trace``, stored with the run), linked
     to the task that ran it: a worker killed mid-task never ends (so never exports) its
     task's span, and the steps it finished must not hang from a span nobody will see."""
-    with _span(
+    return _span(
         f"{STEP_SPAN} {step}",
         {RUN_ID: str(run_id), STEP: step, ATTEMPT: attempt, WORKER: worker, LEAN: lean},
         parent=run_trace,
-    ) as span:
-        token = _recording_commits.set(span)
-        try:
-            yield span
-        finally:
-            _recording_commits.reset(token)
+        records_commits=True,
+    )
 
 
 def effect_span(*, run_id: object, action: str, provider: str) -> Any:
