@@ -10,6 +10,10 @@ the untraced one's.
   50 KB checkpoints through ``checkpoint_commit``, as a worker does; their blocks alternate.
 - **steps**: two solo workers on two queues run six-step runs of no-op steps; the runs
   alternate between them (the bench's own step case, twice).
+
+Beside the wall-clock rows, each is also counted in CPU time: what the measured process
+(the committer, the worker: every thread, the exporter's included, up to its last export)
+spent per operation. On a shared machine CPU time moves less than wall-clock time.
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ COMMITS = (
     ("commit 50KB sequential, in a runner's trace", SIZES["50KB"], True),
 )
 RUNNER = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+CPU_NOTE = (
+    "CPU time: all the measured process's threads (the span exporter's too, up to its last "
+    "export) over the measured operations, divided by their number"
+)
 ROUNDS = 60 if QUICK else 400
 BLOCK = 40
 RUNS = 10 if QUICK else 40
@@ -94,6 +102,11 @@ def _serve(conn, environ: dict[str, str]) -> None:  # noqa: ANN001
             size, count, joined = args
             with run_context(RUNNER if joined else ""):
                 conn.send(time_each(committers[size], count, warmup=0))
+        elif command == "cpu":  # CPU seconds so far, every thread, after a last export
+            from opentelemetry import trace
+
+            getattr(trace.get_tracer_provider(), "force_flush", lambda: None)()
+            conn.send(time.process_time())
         elif command == "stop":
             from opentelemetry import trace
 
@@ -118,6 +131,10 @@ class Committers:
         self.conn.send(("commits", size, count, joined))
         return self.conn.recv()
 
+    def cpu(self) -> float:
+        self.conn.send(("cpu",))
+        return self.conn.recv()
+
     def close(self) -> None:
         self.conn.send(("stop",))
         self.conn.recv()
@@ -132,15 +149,29 @@ def _commit_rows(endpoint: str) -> list[Measurement]:
     try:
         for variant, size, joined in COMMITS:
             samples = {"cairn": [], TRACED: []}
+            cpu = {}
             for block in range(0, BLOCK + ROUNDS, BLOCK):
+                if block == BLOCK:  # the first block warms both up
+                    cpu = {"cairn": off.cpu(), TRACED: on.cpu()}
                 first, second = (off, on) if block // BLOCK % 2 == 0 else (on, off)
                 for system, committer in (
                     ("cairn" if first is off else TRACED, first),
                     ("cairn" if second is off else TRACED, second),
                 ):
                     timings = committer.commits(size, BLOCK, joined)
-                    if block >= BLOCK:  # the first block warms both up
+                    if block >= BLOCK:
                         samples[system] += timings
+            spent = {"cairn": off.cpu() - cpu["cairn"], TRACED: on.cpu() - cpu[TRACED]}
+            for system in samples:
+                rows.append(
+                    Measurement(
+                        "tracing",
+                        system,
+                        f"{variant}, CPU time per commit",
+                        samples=[spent[system] * 1000 / ROUNDS],
+                        note=CPU_NOTE,
+                    )
+                )
             for system, values in samples.items():
                 rows.append(
                     Measurement(
@@ -203,10 +234,14 @@ def _step_rows(tenant, endpoint: str) -> list[Measurement]:  # noqa: ANN001
         for system in queues:  # warm each worker up (imports, connections, statements)
             run_on(system)
             run_on(system)
+        time.sleep(6)  # the traced worker's warm-up spans exported
+        cpu = {system: _cpu_seconds(worker.pid) for system, worker in workers.items()}
         samples = {system: [] for system in queues}
         for index in range(RUNS * 2):
             system = list(queues)[index % 2 if index // 2 % 2 == 0 else 1 - index % 2]
             samples[system].append(run_on(system))
+        time.sleep(6)  # its last batch exported (OTEL_BSP_SCHEDULE_DELAY, 5 s)
+        spent = {s: _cpu_seconds(w.pid) - cpu[s] for s, w in workers.items()}
     finally:
         app.conf.task_default_queue = saved_queue
         for worker in workers.values():
@@ -221,7 +256,22 @@ def _step_rows(tenant, endpoint: str) -> list[Measurement]:  # noqa: ANN001
             note=NOTE if system == TRACED else "",
         )
         for system, values in samples.items()
+    ] + [
+        Measurement(
+            "tracing",
+            system,
+            "per step, six-step run on a worker, the worker's CPU time",
+            samples=[spent[system] * 1000 / (RUNS * 6)],
+            note=CPU_NOTE,
+        )
+        for system in samples
     ]
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (every thread), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def tracing_case(tenant) -> list[Measurement]:  # noqa: ANN001

@@ -378,8 +378,19 @@ def failed(span: Span, exc: BaseException) -> None:
 
 
 def advance_span(*, run_id: object, worker: str) -> Any:
-    """One ``run.resume`` carried out by a worker: restores and steps are inside it."""
-    return _span(ADVANCE_SPAN, {RUN_ID: str(run_id), WORKER: worker})
+    """One ``run.resume`` carried out by a worker, its restore an event of it. That is the
+    task's own span (the Celery instrumentation's ``run/checkpoints.run_advance``), which
+    gets Cairn's attributes: a second span saying the same would cost as much again. Only
+    without one (that instrumentation disabled, a direct call) is ``cairn.run.advance``
+    opened."""
+    if _tracer is None:
+        return _NO_SPAN
+    attributes = {RUN_ID: str(run_id), WORKER: worker}
+    task = trace.get_current_span()
+    if task.is_recording() and getattr(task, "kind", None) is SpanKind.CONSUMER:
+        task.set_attributes(attributes)
+        return nullcontext(task)
+    return _Span(ADVANCE_SPAN, attributes)
 
 
 def step_span(

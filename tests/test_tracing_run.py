@@ -142,7 +142,7 @@ def test_a_run_killed_mid_step_and_finished_by_a_second_worker_is_one_trace(
                 spans_named(receiver.spans(), "cairn.step publish")
                 and any(
                     s["attributes"].get("cairn.outcome") == "succeeded"
-                    for s in spans_named(receiver.spans(), "cairn.run.advance")
+                    for s in spans_named(receiver.spans(), "run/checkpoints.run_advance")
                 )
             ),
             what="the last task's spans",
@@ -154,8 +154,11 @@ def test_a_run_killed_mid_step_and_finished_by_a_second_worker_is_one_trace(
     # One trace for the run: every span naming it, and every task span carrying its
     # commands (on the web server, both workers, and the publication from this process).
     assert {s["trace_id"] for s in ours} == {RUNNER_TRACE}
+    # Each task's span is the Celery instrumentation's, with Cairn's attributes on it.
     tasks = spans_named(spans, "run/checkpoints.run_advance")
     assert len(tasks) >= 2 and {s["trace_id"] for s in tasks} == {RUNNER_TRACE}
+    assert {s["attributes"]["cairn.run.id"] for s in tasks} == {run_id}
+    assert not spans_named(spans, "cairn.run.advance")
     start = spans_named(ours, "cairn.run.start")
     assert len(start) == 1
     request_span = next(s for s in spans if s["span_id"] == start[0]["parent_span_id"])
