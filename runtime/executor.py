@@ -214,6 +214,7 @@ class _Advance:
         self.run = run
         self.took_over = took_over  # this task's lease was a dead worker's (a restore)
         self.step_span: Span | None = None  # the step attempt being executed
+        self.step_checkpoint: dict | None = None  # what it committed, for its span
         self.keeper = keeper
         self.model = model
         self.code: Workflow | None = workflow_code(run.workflow_type, run.workflow_version)
@@ -222,7 +223,6 @@ class _Advance:
         # last commit wrote, while nothing it cannot see is left to reconcile.
         self.lean: Restored | None = None
         self.prepaid = False  # the last commit charged the next step's attempt
-        self.lean_turn = False  # this turn restored from this worker's own last commit
         self.last_turn = False
 
     def work(self) -> str:
@@ -232,7 +232,6 @@ class _Advance:
             self.last_turn = turn == settings.CAIRN_STEPS_PER_TASK - 1
             restored = self.lean
             self.lean = None
-            self.lean_turn = restored is not None
             if restored is not None:
                 self.still_ours()  # the step's one read
                 # Step 6 of the restore, as there: credentials still resolve, budgets.
@@ -336,16 +335,14 @@ class _Advance:
             step=spec.name,
             attempt=int(used.get("attempts_used", 0)),
             worker=keeper.owner,
-            lean=self.lean_turn,
             run_trace=self.run.trace_context,
         ) as span:
-            self.step_span = span
+            self.step_span, self.step_checkpoint = span, None
             try:
                 outcome = self.attempt(spec, restored, used)
             finally:
                 self.step_span = None
-            if span.is_recording():
-                span.set_attribute(tracing.OUTCOME, outcome)
+            tracing.step_ended(span, outcome=outcome, checkpoint=self.step_checkpoint)
             return outcome
 
     def attempt(self, spec: StepSpec, restored: Restored, used: dict) -> str:
@@ -591,8 +588,9 @@ class _Advance:
                 f"the checkpoint for {step or state} was refused: {exc.detail}{fields}"
             )
         self.keeper.committed(version=result.run_version, used=groups["budgets"], head=result.head)
-        if self.step_span is not None:  # the checkpoint this step attempt committed
-            tracing.checkpoint_committed(self.step_span, result, state=state)
+        if self.step_span is not None and self.step_span.is_recording():
+            # The checkpoint this step attempt committed, recorded when the step ends.
+            self.step_checkpoint = tracing.committed(result, state=state)
         log.info(
             "step committed",
             extra={"run": str(self.run.pk), "step": step, "sequence": result.sequence},

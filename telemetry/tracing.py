@@ -43,12 +43,10 @@ WORKFLOW_TYPE = "cairn.workflow.type"
 WORKFLOW_VERSION = "cairn.workflow.version"
 WORKER = "cairn.worker"
 RUN_STATUS = "cairn.run.status"
-RUN_VERSION = "cairn.run.version"
 RESTORE_COUNT = "cairn.run.restore_count"
 OUTCOME = "cairn.outcome"
 STEP = "cairn.step.name"
 ATTEMPT = "cairn.step.attempt"
-LEAN = "cairn.step.lean"
 SEQUENCE = "cairn.checkpoint.sequence"
 SHA256 = "cairn.checkpoint.sha256"
 STATE = "cairn.checkpoint.state"
@@ -393,10 +391,8 @@ def advance_span(*, run_id: object, worker: str) -> Any:
     return _Span(ADVANCE_SPAN, attributes)
 
 
-def step_span(
-    *, run_id: object, step: str, attempt: int, worker: str, lean: bool, run_trace: str
-) -> Any:
-    """One step attempt; ``checkpoint_committed`` adds the checkpoint it committed (the
+def step_span(*, run_id: object, step: str, attempt: int, worker: str, run_trace: str) -> Any:
+    """One step attempt; ``step_ended`` adds its outcome and the checkpoint it committed (the
     step's own commit opens no span of its own: this one records it).
 
     Its parent is the run's own trace context (``run_trace``, stored with the run), linked
@@ -404,7 +400,7 @@ def step_span(
     task's span, and the steps it finished must not hang from a span nobody will see."""
     return _span(
         f"{STEP_SPAN} {step}",
-        {RUN_ID: str(run_id), STEP: step, ATTEMPT: attempt, WORKER: worker, LEAN: lean},
+        {RUN_ID: str(run_id), STEP: step, ATTEMPT: attempt, WORKER: worker},
         parent=run_trace,
         records_commits=True,
     )
@@ -448,19 +444,21 @@ def model_answered(
         )
 
 
-def checkpoint_committed(span: Span, result: Any, *, state: str) -> None:
-    """The checkpoint a commit wrote, on ``span``: its sequence, sha256 and state, and the
-    run's status and version after it. Ids and hashes only."""
+def committed(result: Any, *, state: str) -> dict[str, Any]:
+    """The checkpoint a commit wrote, as attributes: its sequence, sha256 and state, and
+    the run's status after it. Ids and hashes only."""
+    return {
+        SEQUENCE: result.sequence,
+        SHA256: result.sha256,
+        STATE: state,
+        RUN_STATUS: str(result.status),
+    }
+
+
+def step_ended(span: Span, *, outcome: str, checkpoint: dict[str, Any] | None) -> None:
+    """What a step attempt came to, and the checkpoint it committed: one call, at its end."""
     if span.is_recording():
-        span.set_attributes(
-            {
-                SEQUENCE: result.sequence,
-                SHA256: result.sha256,
-                STATE: state,
-                RUN_STATUS: str(result.status),
-                RUN_VERSION: result.run_version,
-            }
-        )
+        span.set_attributes({OUTCOME: outcome, **(checkpoint or {})})
 
 
 def current_span() -> Span:
@@ -507,7 +505,8 @@ def commit_traced(commit: F) -> F:
         token = otel_context.attach(trace.set_span_in_context(span))
         try:
             result = commit(**kwargs)
-            checkpoint_committed(span, result, state=state)
+            if span.is_recording():
+                span.set_attributes(committed(result, state=state))
             return result
         except BaseException as exc:
             failed(span, exc)
