@@ -49,7 +49,7 @@ from checkpoints.models import Checkpoint, Execution, Run, RunStatus, WorkerHear
 from checkpoints.services.budgets import budget_exhausted
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS, CommitResult, checkpoint_commit
 from checkpoints.services.commit_sql import RunHead, run_lease_check
-from runtime.services.leases import lease_acquire
+from runtime.services.leases import Lease, lease_acquire
 from runtime.services.operations import operations_envelope_entries
 from telemetry import tracing
 from tenants.services import Actor
@@ -141,6 +141,33 @@ def _advance(
     model: ModelClient | None,
     span: Span,
 ) -> str:
+    # The protocol's own statements (the run's read, its lease, the restore's reads, an
+    # attempt's charge) are timed by the task's span and the restore's event, not traced
+    # one by one: a query span each would double what tracing costs a step, and say less
+    # than the event. A step's own queries (its artifacts, its effects) are traced.
+    with tracing.protocol_statements():
+        taken = _lease(run_id=run_id, expected_version=expected_version, owner=owner, span=span)
+    if isinstance(taken, str):
+        return taken
+    run, lease = taken
+    keeper = LeaseKeeper(
+        run=run, owner=owner, version=lease.run_version, ttl_seconds=settings.CAIRN_LEASE_SECONDS
+    )
+    try:
+        return _Advance(
+            run, keeper, model or model_client_default(), took_over=lease.took_over
+        ).work()
+    except LeaseLost as exc:
+        log.warning("lease lost; work discarded", extra={"run": str(run.pk), "why": str(exc)})
+        return "lease_lost"
+    finally:
+        keeper.release()
+
+
+def _lease(
+    *, run_id: UUID | str, expected_version: int, owner: str, span: Span
+) -> tuple[Run, Lease] | str:
+    """The run and this worker's lease on it, or the word for why there is nothing to do."""
     try:  # get(), not first(): no ORDER BY to build for a primary key
         run = Run.objects.select_related("workflow", "tenant").get(pk=run_id)
     except Run.DoesNotExist:
@@ -193,18 +220,7 @@ def _advance(
     worker_heartbeat(owner)
     run.lease_owner, run.lease_expires_at = owner, lease.expires_at
     run.restore_count = lease.restore_count
-    keeper = LeaseKeeper(
-        run=run, owner=owner, version=lease.run_version, ttl_seconds=settings.CAIRN_LEASE_SECONDS
-    )
-    try:
-        return _Advance(
-            run, keeper, model or model_client_default(), took_over=lease.took_over
-        ).work()
-    except LeaseLost as exc:
-        log.warning("lease lost; work discarded", extra={"run": str(run.pk), "why": str(exc)})
-        return "lease_lost"
-    finally:
-        keeper.release()
+    return run, lease
 
 
 class _Advance:
@@ -240,17 +256,8 @@ class _Advance:
                     return self.halt(halt)
             else:
                 self.prepaid = False
-                if turn == 0:
-                    # Read just before the lease was granted at this very version.
-                    run = self.run
-                else:
-                    run = self.run = Run.objects.select_related("workflow", "tenant").get(
-                        pk=self.run.pk
-                    )
-                if run.version != self.keeper.version or run.status not in WORKABLE:
-                    raise LeaseLost("the run changed while this worker held its lease")
-                self.keeper.head = RunHead.of(run)
-                restored = restore_latest(run, self.code)
+                with tracing.protocol_statements():
+                    restored = self.restore(turn)
                 self.restore_traced(restored)
                 if isinstance(restored, Halt):
                     return self.halt(restored)
@@ -262,6 +269,18 @@ class _Advance:
             if outcome != "continue":
                 return outcome
         return "handed_over" if self.handover() else "lease_lost"
+
+    def restore(self, turn: int) -> Restored | Halt:
+        """The full restore of the run this worker holds (restore steps 2 to 6)."""
+        if turn == 0:
+            # Read just before the lease was granted at this very version.
+            run = self.run
+        else:
+            run = self.run = Run.objects.select_related("workflow", "tenant").get(pk=self.run.pk)
+        if run.version != self.keeper.version or run.status not in WORKABLE:
+            raise LeaseLost("the run changed while this worker held its lease")
+        self.keeper.head = RunHead.of(run)
+        return restore_latest(run, self.code)
 
     def restore_traced(self, restored: Restored | Halt) -> None:
         """The restore as an event of the task's span: the checks it passed, in order, and

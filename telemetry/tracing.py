@@ -461,6 +461,17 @@ def step_ended(span: Span, *, outcome: str, checkpoint: dict[str, Any] | None) -
         span.set_attributes({OUTCOME: outcome, **(checkpoint or {})})
 
 
+def protocol_statements() -> Any:
+    """The block's database statements are not traced one by one (the psycopg
+    instrumentation's spans are suppressed, the standard way): a worker's own protocol
+    statements, which the task's span and the restore's event time and name already."""
+    if _tracer is None:
+        return _NO_SPAN
+    from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+    return suppress_instrumentation()
+
+
 def current_span() -> Span:
     return trace.get_current_span() if _tracer is not None else INVALID_SPAN
 

@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest, ApprovalStatus
@@ -231,6 +232,14 @@ def test_a_run_killed_mid_step_and_finished_by_a_second_worker_is_one_trace(
     sequences = sorted(s["attributes"]["cairn.checkpoint.sequence"] for s in effect_commits)
     published = spans_named(ours, "cairn.step publish")[0]["attributes"]
     assert sequences == [published["cairn.checkpoint.sequence"] - i for i in (2, 1)]
+    if connection.vendor == "postgresql":
+        # The psycopg instrumentation traces a step's own queries (the effect's ledger),
+        # not the protocol's statements (the lease, its renewals and charges, the restore's
+        # reads), which the task's span and the restore's event time.
+        queries = [s for s in spans if "db.statement" in s["attributes"]]
+        assert any(q["parent_span_id"] == effect[0]["span_id"] for q in queries)
+        lease = [q for q in queries if '"lease_expires_at" =' in q["attributes"]["db.statement"]]
+        assert not lease, [q["attributes"]["db.statement"][:80] for q in lease]
     step_span_ids = {s["span_id"] for s in steps}
     commits = spans_named(ours, "cairn.checkpoint.commit")
     assert not [c for c in commits if c["parent_span_id"] in step_span_ids]
