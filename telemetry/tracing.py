@@ -238,6 +238,14 @@ def _parsed(traceparent: str) -> trace.SpanContext | None:
     )
 
 
+@functools.lru_cache(maxsize=1024)
+def _run_context(traceparent: str) -> otel_context.Context | None:
+    """The context whose current span is the run's stored one (immutable: reused for every
+    step of the run)."""
+    stored = _parsed(traceparent)
+    return None if stored is None else trace.set_span_in_context(trace.NonRecordingSpan(stored))
+
+
 def trace_id_of(traceparent: str) -> str:
     """The 32 hex digits of the trace a stored ``traceparent`` names ('' when none)."""
     context = _parsed(traceparent)
@@ -275,11 +283,11 @@ def message_headers(traceparent: str) -> dict[str, str] | None:
 @contextmanager
 def run_context(traceparent: str) -> Iterator[None]:
     """Make the run's stored trace context the current one (publishing its command)."""
-    parent = _parsed(traceparent) if _tracer is not None else None
+    parent = _run_context(traceparent) if _tracer is not None else None
     if parent is None:
         yield
         return
-    token = otel_context.attach(trace.set_span_in_context(trace.NonRecordingSpan(parent)))
+    token = otel_context.attach(parent)
     try:
         yield
     finally:
@@ -318,11 +326,11 @@ class _Span:
 
     def __enter__(self) -> Span:
         context, links = None, None
-        stored = _parsed(self.parent) if self.parent else None
-        if stored is not None:
+        if self.parent:
+            context = _run_context(self.parent)
+        if context is not None:
             # Under the run's own context, linked to the span current here (the task's).
             here = trace.get_current_span().get_span_context()
-            context = trace.set_span_in_context(trace.NonRecordingSpan(stored))
             links = [trace.Link(here)] if here.is_valid else None
         span = self.span = _tracer.start_span(
             self.name,
