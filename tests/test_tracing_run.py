@@ -59,6 +59,16 @@ def post(url: str, body: dict, headers: dict[str, str]) -> tuple[int, dict, dict
         return answer.status, dict(answer.headers), json.loads(answer.read())
 
 
+def exported_before_the_kill(spans: list[dict], finished: list[str]) -> bool:
+    """The steps the first worker finished are exported, and so is the model call the doomed
+    step made before it blocked: a chat span whose parent (that step's own span, which never
+    ends) is not among them."""
+    known = {s["span_id"] for s in spans}
+    steps = {s["attributes"].get("cairn.step.name") for s in spans}
+    orphans = [s for s in spans_named(spans, "chat ") if s["parent_span_id"] not in known]
+    return steps >= set(finished) and len(orphans) == 1
+
+
 def spans_named(spans: list[dict], prefix: str) -> list[dict]:
     return [span for span in spans if span["name"].startswith(prefix)]
 
@@ -106,11 +116,8 @@ def test_a_run_killed_mid_step_and_finished_by_a_second_worker_is_one_trace(
         wait_for(lambda: (gate / f"{doomed_step}.entered").exists(), what="the doomed step")
         finished_first = GATED_STEPS[:2]
         wait_for(
-            lambda: (
-                {s["attributes"].get("cairn.step.name") for s in receiver.spans()}
-                >= set(finished_first)
-            ),
-            what="the first worker's finished steps to be exported",
+            lambda: exported_before_the_kill(receiver.spans(), finished_first),
+            what="the first worker's finished steps (and the doomed one's model call) exported",
         )
         first.kill()
         (gate / f"{doomed_step}.hold").unlink()
