@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 # Without DATABASE_URL the suite runs on SQLite and leaves out the PostgreSQL-only tests.
 PYTEST_MARKERS := $(if $(DATABASE_URL),,-m "not postgres")
 
-.PHONY: install run test rehearsal chaos chaos-ci lint format bench browser-deps php-deps faketime-deps clean
+.PHONY: install run test rehearsal chaos chaos-ci lint format bench browser-deps php-deps faketime-deps prometheus-deps promtool-checks clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,12 +34,24 @@ faketime-deps:
 		echo "Installing Debian's faketime for the clock-skew tests…"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime; }
 
+# promtool checks /metrics, the alert rules (observability/prometheus/) and fires each alert
+# in tests/test_metrics_prometheus.py: Debian's prometheus package brings it (the server it
+# also installs is never started by the project).
+prometheus-deps:
+	@command -v promtool >/dev/null 2>&1 || { \
+		echo "Installing Debian's prometheus for promtool…"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
+
+# The shipped alert rules load (their firing is tested by make test).
+promtool-checks: prometheus-deps
+	promtool check rules observability/prometheus/cairn-rules.yml
+
 run: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
 	$(PY) manage.py cairn_up
 
-test: install browser-deps php-deps faketime-deps
+test: install browser-deps php-deps faketime-deps prometheus-deps
 	$(PY) -m pytest $(PYTEST_MARKERS) $(PYTEST_ARGS)
 
 # The multi-machine rehearsal alone (web, scheduler and two workers with separate homes on

@@ -28,7 +28,7 @@ from bench.common import (  # noqa: E402
     write_json,
 )
 
-ALL_CASES = "commit,writers,http,restore,steps,contention"
+ALL_CASES = "commit,writers,http,restore,steps,contention,tracing"
 CASES = os.environ.get("BENCH_CASES", ALL_CASES).split(",")
 # A run of some cases only (BENCH_CASES=takeover) writes results/<cases>.json and .md, so
 # the last full run's latest.json, latest.md and charts stay as they are.
@@ -184,6 +184,11 @@ def main() -> int:
     if "contention" in CASES:
         print("case 5: contention", flush=True)
         measurements += cases.contention_case(tenant)
+    if "tracing" in CASES:
+        print("case 6: what tracing costs (commit, worker step)", flush=True)
+        from bench.tracing_case import tracing_case
+
+        measurements += tracing_case(tenant)
     rows = ratios(measurements)
     elapsed = time.perf_counter() - clock
     write_json(

@@ -269,6 +269,9 @@ CAIRN_METRICS_ALLOWED_NETWORKS = [
 CAIRN_ALERT_RESTORES = env_int("CAIRN_ALERT_RESTORES", 3)
 CAIRN_ALERT_OUTBOX_LAG_SECONDS = env_int("CAIRN_ALERT_OUTBOX_LAG_SECONDS", 60)
 CAIRN_METRICS_FLUSH_SECONDS = env_int("CAIRN_METRICS_FLUSH_SECONDS", 5)
+# The run page links to the run's trace: a Jaeger, Tempo or Grafana URL with {trace_id}.
+# (Tracing itself is configured only by the standard OTEL_* variables: docs/operations.md.)
+CAIRN_TRACE_URL_TEMPLATE = env("CAIRN_TRACE_URL_TEMPLATE")
 # The local publishing service the demo's publish step writes to (a provider adapter).
 CAIRN_PUBLISHING_URL = env("CAIRN_PUBLISHING_URL", "http://127.0.0.1:8765")
 CAIRN_PUBLISHING_TOKEN_REF = env("CAIRN_PUBLISHING_TOKEN_REF")  # e.g. env:PUBLISHING_TOKEN

@@ -100,6 +100,10 @@ class Run(models.Model):
         "Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
     )
     legal_hold = models.BooleanField(default=False)
+    # The run's trace (a W3C traceparent), written once when the run starts: every command
+    # of the run carries it, so each worker that takes the run on, a crash's successor too,
+    # traces into the same trace (telemetry.tracing).
+    trace_context = models.CharField(max_length=55, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

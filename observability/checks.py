@@ -1,4 +1,5 @@
-"""A misconfigured metrics network list is reported at start-up, not at the first scrape."""
+"""Misconfigured observability settings are reported at start-up, not at the first scrape
+or the first run page: the metrics network list and the trace link's template."""
 
 from __future__ import annotations
 
@@ -23,3 +24,19 @@ def metrics_networks_check(app_configs, **kwargs):  # noqa: ANN001, ANN003, ANN2
                 )
             )
     return errors
+
+
+@register()
+def trace_url_template_check(app_configs, **kwargs):  # noqa: ANN001, ANN003, ANN201
+    template = settings.CAIRN_TRACE_URL_TEMPLATE
+    if not template:
+        return []
+    if not template.startswith(("https://", "http://")) or "{trace_id}" not in template:
+        return [
+            Error(
+                "CAIRN_TRACE_URL_TEMPLATE must be an http(s) URL containing {trace_id}.",
+                hint="For example http://jaeger:16686/trace/{trace_id}.",
+                id="cairn.E102",
+            )
+        ]
+    return []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.apps import apps
 from django.conf import settings
@@ -33,11 +33,13 @@ from checkpoints.models import (
     Checkpoint,
     ExternalOperation,
     OperationStatus,
+    OutboxMessage,
     Run,
     RunStatus,
 )
 from checkpoints.services.outbox import outbox_lag_seconds
 from observability.selectors import stalled_before
+from runtime.heartbeats import workers_tally
 from telemetry.counters import counter_values
 from telemetry.latency import BUCKETS as LATENCY_BUCKETS
 from telemetry.latency import COMMIT_LATENCY, latency_histogram
@@ -46,6 +48,8 @@ from telemetry.latency import COMMIT_LATENCY, latency_histogram
 # names version 1.0.0 (UTF-8 names) since 0.23, which is not what this document is.
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 AGE_BUCKETS = (60, 300, 900, 3600, 6 * 3600, 86400, 7 * 86400)
+# Time left before a waiting approval expires: the alert rules ask for "within 15 minutes".
+APPROVAL_BUCKETS = (300, 900, 3600, 4 * 3600, 86400)
 RETENTION_KINDS = ("checkpoint", "artifact", "run")
 
 
@@ -70,19 +74,31 @@ def _runs() -> GaugeMetricFamily:
     return family
 
 
-def _checkpoint_ages(now: datetime) -> HistogramMetricFamily:
+def _checkpoint_ages(now: datetime) -> Iterator[Metric]:
     latest = Run.objects.filter(status__in=ACTIVE_STATUSES).values("latest_checkpoint_id")
-    ages = [
-        max(0.0, (now - created).total_seconds())
-        for created in Checkpoint.objects.filter(pk__in=latest).values_list("created_at", flat=True)
+    heads = [
+        (status, max(0.0, (now - created).total_seconds()))
+        for status, created in Checkpoint.objects.filter(pk__in=latest).values_list(
+            "run__status", "created_at"
+        )
     ]
+    ages = [age for _, age in heads]
     buckets = [(_le(bound), sum(1 for age in ages if age <= bound)) for bound in AGE_BUCKETS]
-    return HistogramMetricFamily(
+    yield HistogramMetricFamily(
         "cairn_active_checkpoint_age_seconds",
         "Age of the latest checkpoint of each active run.",
         buckets=[*buckets, ("+Inf", len(ages))],
         sum_value=sum(ages),
     )
+    # By status: a run that waits for a person does not checkpoint, one that runs should.
+    oldest = GaugeMetricFamily(
+        "cairn_oldest_checkpoint_age_seconds",
+        "Age of the oldest latest checkpoint among the active runs in each status (0: none).",
+        labels=["status"],
+    )
+    for status in sorted(ACTIVE_STATUSES):
+        oldest.add_metric([status], max((age for s, age in heads if s == status), default=0.0))
+    yield oldest
 
 
 def _restores() -> Iterator[Metric]:
@@ -97,9 +113,53 @@ def _restores() -> Iterator[Metric]:
         "The most restores of any one run.",
         value=restores["most"] or 0,
     )
+    # Active runs only: a crash loop going on now, not a finished run's history.
+    active = GaugeMetricFamily(
+        "cairn_active_run_restores_max",
+        "The most restores of any one active run, per tenant.",
+        labels=["tenant"],
+    )
+    rows = (
+        Run.objects.filter(status__in=ACTIVE_STATUSES)
+        .values_list("tenant__slug")
+        .annotate(most=Max("restore_count"))
+        .order_by("tenant__slug")
+    )
+    for slug, most in rows:
+        active.add_metric([slug], most)
+    yield active
 
 
-def _stalled_operations() -> GaugeMetricFamily:
+def _dead_leases(now: datetime) -> GaugeMetricFamily:
+    """Active runs whose lease expired without being released: the worker that held it
+    died (or hangs), and no worker has taken the run over yet (the rescue would within a
+    sweep and a lease, if a worker were there to take it)."""
+    count = (
+        Run.objects.filter(status__in=ACTIVE_STATUSES, lease_expires_at__lt=now)
+        .exclude(lease_owner="")
+        .count()
+    )
+    return GaugeMetricFamily(
+        "cairn_runs_lease_expired",
+        "Active runs holding a lease that expired unreleased: their worker died or hangs.",
+        value=count,
+    )
+
+
+def _workers(now: datetime) -> GaugeMetricFamily:
+    live, dead = workers_tally(now=now)
+    family = GaugeMetricFamily(
+        "cairn_workers",
+        f"Workers that beat within {settings.CAIRN_WORKER_DEAD_SECONDS} s (alive), or "
+        "earlier within a day (silent: stopped or dead).",
+        labels=["state"],
+    )
+    family.add_metric(["alive"], live)
+    family.add_metric(["silent"], dead)
+    return family
+
+
+def _stalled_operations(now: datetime) -> GaugeMetricFamily:
     family = GaugeMetricFamily(
         "cairn_stalled_operations",
         f"Operations pending for more than {settings.CAIRN_STALLED_OPERATION_SECONDS} seconds.",
@@ -107,7 +167,7 @@ def _stalled_operations() -> GaugeMetricFamily:
     )
     rows = (
         ExternalOperation.objects.filter(
-            status=OperationStatus.PENDING, created_at__lt=stalled_before()
+            status=OperationStatus.PENDING, created_at__lt=stalled_before(now)
         )
         .values_list("tenant__slug")
         .annotate(n=Count("id"))
@@ -149,6 +209,46 @@ def _approvals(now: datetime) -> GaugeMetricFamily | None:
     return family
 
 
+def _approval_time_left(now: datetime) -> HistogramMetricFamily | None:
+    """Seconds until each waiting request expires, per tenant: the approvals about to
+    expire with nobody having decided. None without the approvals app's table."""
+    try:
+        model = apps.get_model("approvals", "ApprovalRequest")
+    except LookupError:
+        return None
+    waiting = model.objects.filter(
+        status="pending", expires_at__gt=now, run__status="waiting_approval"
+    )
+    left: dict[str, list[float]] = defaultdict(list)
+    try:
+        for slug, expires in waiting.values_list("tenant__slug", "expires_at"):
+            left[slug].append((expires - now).total_seconds())
+    except DatabaseError:
+        return None
+    family = HistogramMetricFamily(
+        "cairn_approval_time_left_seconds",
+        "Time left before each waiting approval request expires, per tenant.",
+        labels=["tenant"],
+    )
+    for slug, seconds in sorted(left.items()):
+        buckets = [(_le(b), sum(1 for s in seconds if s <= b)) for b in APPROVAL_BUCKETS]
+        family.add_metric([slug], [*buckets, ("+Inf", len(seconds))], sum(seconds))
+    return family
+
+
+def _outbox_due(now: datetime) -> GaugeMetricFamily:
+    due = (
+        OutboxMessage.objects.filter(sent_at__isnull=True)
+        .filter(Q(available_at__isnull=True) | Q(available_at__lte=now))
+        .count()
+    )
+    return GaugeMetricFamily(
+        "cairn_outbox_due_messages",
+        "Outbox messages due and not yet published (the backlog).",
+        value=due,
+    )
+
+
 def _commit_latency() -> HistogramMetricFamily:
     latency = latency_histogram()
     buckets = [(_le(bound), latency[f'le="{bound:g}"']) for bound in LATENCY_BUCKETS]
@@ -183,17 +283,23 @@ class CairnCollector(Collector):
 
         now = self.now or timezone.now()
         yield _runs()
-        yield _checkpoint_ages(now)
+        yield from _checkpoint_ages(now)
         yield from _restores()
-        yield _stalled_operations()
+        yield _stalled_operations(now)
         approvals = _approvals(now)
         if approvals is not None:
             yield approvals
+        time_left = _approval_time_left(now)
+        if time_left is not None:
+            yield time_left
         yield GaugeMetricFamily(
             "cairn_outbox_lag_seconds",
             "Age of the oldest due outbox message not yet published.",
-            value=outbox_lag_seconds(),
+            value=outbox_lag_seconds(now),
         )
+        yield _outbox_due(now)
+        yield _dead_leases(now)
+        yield _workers(now)
         yield _commit_latency()
         yield _retention_counter(DELETED, "Rows the retention job deleted, by kind.")
         yield _retention_counter(

@@ -19,6 +19,7 @@ from cairn.errors import ConcurrentCheckpointWrite, IntegrityFailure, LeaseHeld,
 from checkpoints.models import Artifact, ArtifactKind, Run
 from checkpoints.services.artifacts import artifact_content, artifact_store
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS, checkpoint_commit
+from telemetry import tracing
 
 from .errors import BudgetExhaustedError, LeaseLost
 from .model_client import Completion, ModelClient
@@ -57,6 +58,7 @@ class AccountingModel:
     def __init__(self, client: ModelClient, context: StepContext) -> None:
         self.client = client
         self.name = client.name
+        self.provider = getattr(client, "provider", "") or type(client).__name__
         self._context = context
 
     def complete(self, *, prompt: str, system: str = "", max_tokens: int = 512) -> Completion:
@@ -64,7 +66,18 @@ class AccountingModel:
         if left.get("tokens") == 0 or left.get("cost") == 0:
             which = "tokens" if left.get("tokens") == 0 else "cost"
             raise BudgetExhaustedError(f"budget exhausted: no {which} left for a model call")
-        completion = self.client.complete(prompt=prompt, system=system, max_tokens=max_tokens)
+        # A GenAI span: the model, the tokens and the cost, never the prompt or the answer.
+        with tracing.model_span(
+            model=self.name, provider=self.provider, max_tokens=max_tokens
+        ) as span:
+            completion = self.client.complete(prompt=prompt, system=system, max_tokens=max_tokens)
+            tracing.model_answered(
+                span,
+                model=completion.model,
+                input_tokens=completion.prompt_tokens,
+                output_tokens=completion.completion_tokens,
+                cost=completion.cost,
+            )
         self._context._charge(tokens_used=completion.tokens, cost_used=completion.cost)
         self._context.model_calls += 1
         return completion

@@ -61,6 +61,7 @@ from runtime.services.operations import (
     operation_result,
     request_fingerprint,
 )
+from telemetry import tracing
 from tenants.services import Actor
 
 log = logging.getLogger("cairn.effects")
@@ -301,18 +302,36 @@ def _declared_action(ctx: StepContext) -> str:
 
 def _reserve_and_run(effect: _Effect, *, provider: str, name: str) -> EffectDone:
     """Reserve the operation for ``effect``'s request (effect_perform and effect_job share
-    the key scheme, so a job and a one-shot call are reserved the same way) and run it."""
-    operation = _reserve(
-        effect.ctx,
-        action=effect.request.action,
-        target=effect.request.target,
-        request=effect.request.payload,
-        provider=provider,
-        name=name,
-        client_reference=effect.request.client_reference,
-        actor=effect.actor,
-    )
-    return effect.run(operation)
+    the key scheme, so a job and a one-shot call are reserved the same way) and run it.
+
+    Traced as one ``cairn.effect`` span: the action, the idempotency key, the provider's
+    operation id and the outcome (an exception's type when it does not end confirmed);
+    never the target, the request or the result."""
+    with tracing.effect_span(
+        run_id=effect.ctx.run_id, action=effect.request.action, provider=provider
+    ) as span:
+        operation = _reserve(
+            effect.ctx,
+            action=effect.request.action,
+            target=effect.request.target,
+            request=effect.request.payload,
+            provider=provider,
+            name=name,
+            client_reference=effect.request.client_reference,
+            actor=effect.actor,
+        )
+        if span.is_recording():
+            span.set_attribute(tracing.EFFECT_KEY, operation.idempotency_key)
+        done = effect.run(operation)
+        if span.is_recording():
+            span.set_attributes(
+                {
+                    tracing.EFFECT_OPERATION_ID: done.provider_operation_id,
+                    tracing.EFFECT_REPLAYED: done.replayed,
+                    tracing.OUTCOME: "confirmed",
+                }
+            )
+        return done
 
 
 def effect_perform(

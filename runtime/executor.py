@@ -30,6 +30,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
+from opentelemetry.trace import Span
 
 from cairn import clock
 from cairn.errors import (
@@ -49,8 +50,9 @@ from checkpoints.models import Checkpoint, Execution, Run, RunStatus
 from checkpoints.services.budgets import budget_exhausted
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS, CommitResult, checkpoint_commit
 from checkpoints.services.commit_sql import RunHead, run_lease_check
-from runtime.services.leases import lease_acquire
+from runtime.services.leases import Lease, lease_acquire
 from runtime.services.operations import operations_envelope_entries
+from telemetry import tracing
 from tenants.services import Actor
 
 from . import hooks
@@ -62,6 +64,7 @@ from .lease import LeaseKeeper, used_merge
 from .model_client import ModelClient, ModelError, model_client_default
 from .registry import workflow_code
 from .restore import (
+    CHECKS,
     Halt,
     Restored,
     credentials_check,
@@ -94,10 +97,63 @@ def run_advance(
     ``waiting_retry``, ``succeeded``, ``failed``, ``paused``, ``handed_over``).
 
     Never raises for a domain condition; every write it makes is a service transaction.
+    Traced as one ``cairn.run.advance`` span (in the run's trace: the command carried it),
+    with its restore as an event and each step attempt as a span inside.
     """
     # This process beats before it takes any lease, so if it dies holding one, the rescue
     # knows within seconds (runtime.heartbeats).
     owner = owner or heartbeat_start()
+    with tracing.advance_span(run_id=run_id, worker=owner) as span:
+        outcome = _advance(
+            run_id=run_id, expected_version=expected_version, owner=owner, model=model, span=span
+        )
+        if span.is_recording():
+            span.set_attribute(tracing.OUTCOME, outcome)
+        return outcome
+
+
+def _advance(
+    *,
+    run_id: UUID | str,
+    expected_version: int,
+    owner: str,
+    model: ModelClient | None,
+    span: Span,
+) -> str:
+    # The protocol's own statements (the run's read, its lease, the restore's reads, an
+    # attempt's charge) are timed by the task's span and the restore's event, not traced
+    # one by one: a query span each would double what tracing costs a step, and say less
+    # than the event. A step's own queries (its artifacts, its effects) are traced.
+    with tracing.protocol_statements():
+        taken = _lease(run_id=run_id, expected_version=expected_version, owner=owner, span=span)
+    if isinstance(taken, str):
+        return taken
+    run, lease = taken
+    keeper = LeaseKeeper(
+        run=run, owner=owner, version=lease.run_version, ttl_seconds=settings.CAIRN_LEASE_SECONDS
+    )
+    try:
+        return _Advance(
+            run, keeper, model or model_client_default(), took_over=lease.took_over
+        ).work()
+    except LeaseLost as exc:
+        log.warning("lease lost; work discarded", extra={"run": str(run.pk), "why": str(exc)})
+        return "lease_lost"
+    except DATABASE_LOST:
+        # The database went away mid-task (a restart, a failover): this step's work is lost,
+        # and the run is handed back as soon as the database answers again, so it does not
+        # sit out this worker's lease (the command that brought it here is spent).
+        keeper.stop_renewing()
+        log.warning("database lost mid-task; handing the run back", extra={"run": str(run.pk)})
+        return "handed_back" if _hand_back_when_it_answers(run, owner) else "database_lost"
+    finally:
+        keeper.release()
+
+
+def _lease(
+    *, run_id: UUID | str, expected_version: int, owner: str, span: Span
+) -> tuple[Run, Lease] | str:
+    """The run and this worker's lease on it, or the word for why there is nothing to do."""
     try:  # get(), not first(): no ORDER BY to build for a primary key
         run = Run.objects.select_related("workflow", "tenant").get(pk=run_id)
     except Run.DoesNotExist:
@@ -139,25 +195,18 @@ def run_advance(
             extra={"run": str(run.pk), "restore_count": lease.restore_count},
         )
     fault_point("run.leased")  # a worker may die right here, holding the lease
+    if span.is_recording():
+        span.set_attributes(
+            {
+                tracing.TENANT: run.tenant.slug,
+                tracing.WORKFLOW_TYPE: run.workflow_type,
+                tracing.WORKFLOW_VERSION: run.workflow_version,
+                tracing.RESTORE_COUNT: lease.restore_count,
+            }
+        )
     run.lease_owner, run.lease_expires_at = owner, lease.expires_at
     run.restore_count = lease.restore_count
-    keeper = LeaseKeeper(
-        run=run, owner=owner, version=lease.run_version, ttl_seconds=settings.CAIRN_LEASE_SECONDS
-    )
-    try:
-        return _Advance(run, keeper, model or model_client_default()).work()
-    except LeaseLost as exc:
-        log.warning("lease lost; work discarded", extra={"run": str(run.pk), "why": str(exc)})
-        return "lease_lost"
-    except DATABASE_LOST:
-        # The database went away mid-task (a restart, a failover): this step's work is lost,
-        # and the run is handed back as soon as the database answers again, so it does not
-        # sit out this worker's lease (the command that brought it here is spent).
-        keeper.stop_renewing()
-        log.warning("database lost mid-task; handing the run back", extra={"run": str(run.pk)})
-        return "handed_back" if _hand_back_when_it_answers(run, owner) else "database_lost"
-    finally:
-        keeper.release()
+    return run, lease
 
 
 # A database that went away (the connection broke, the server restarted), not a query error.
@@ -183,8 +232,13 @@ def _hand_back_when_it_answers(run: Run, owner: str) -> bool:
 
 
 class _Advance:
-    def __init__(self, run: Run, keeper: LeaseKeeper, model: ModelClient) -> None:
+    def __init__(
+        self, run: Run, keeper: LeaseKeeper, model: ModelClient, *, took_over: bool = False
+    ) -> None:
         self.run = run
+        self.took_over = took_over  # this task's lease was a dead worker's (a restore)
+        self.step_span: Span | None = None  # the step attempt being executed
+        self.step_checkpoint: dict | None = None  # what it committed, for its span
         self.keeper = keeper
         self.model = model
         self.code: Workflow | None = workflow_code(run.workflow_type, run.workflow_version)
@@ -210,17 +264,9 @@ class _Advance:
                     return self.halt(halt)
             else:
                 self.prepaid = False
-                if turn == 0:
-                    # Read just before the lease was granted at this very version.
-                    run = self.run
-                else:
-                    run = self.run = Run.objects.select_related("workflow", "tenant").get(
-                        pk=self.run.pk
-                    )
-                if run.version != self.keeper.version or run.status not in WORKABLE:
-                    raise LeaseLost("the run changed while this worker held its lease")
-                self.keeper.head = RunHead.of(run)
-                restored = restore_latest(run, self.code)
+                with tracing.protocol_statements():
+                    restored = self.restore(turn)
+                self.restore_traced(restored)
                 if isinstance(restored, Halt):
                     return self.halt(restored)
             try:
@@ -231,6 +277,40 @@ class _Advance:
             if outcome != "continue":
                 return outcome
         return "handed_over" if self.handover() else "lease_lost"
+
+    def restore(self, turn: int) -> Restored | Halt:
+        """The full restore of the run this worker holds (restore steps 2 to 6)."""
+        if turn == 0:
+            # Read just before the lease was granted at this very version.
+            run = self.run
+        else:
+            run = self.run = Run.objects.select_related("workflow", "tenant").get(pk=self.run.pk)
+        if run.version != self.keeper.version or run.status not in WORKABLE:
+            raise LeaseLost("the run changed while this worker held its lease")
+        self.keeper.head = RunHead.of(run)
+        return restore_latest(run, self.code)
+
+    def restore_traced(self, restored: Restored | Halt) -> None:
+        """The restore as an event of the task's span: the checks it passed, in order, and
+        the one that stopped the run (its reason stays in the run's status, not here)."""
+        if not tracing.current_span().is_recording():
+            return
+        halted = restored.check if isinstance(restored, Halt) else ""
+        passed = CHECKS[: CHECKS.index(halted)] if halted in CHECKS else CHECKS
+        done = restored.restored if isinstance(restored, Halt) else restored
+        tracing.event(
+            tracing.RESTORE_EVENT,
+            {
+                "cairn.restore.checks": ["lease", *passed],
+                "cairn.restore.halted_at": halted or None,
+                tracing.OUTCOME: restored.action if isinstance(restored, Halt) else "restored",
+                "cairn.restore.took_over": self.took_over,
+                tracing.RESTORE_COUNT: self.run.restore_count,
+                tracing.SEQUENCE: self.run.checkpoint_sequence,
+                "cairn.restore.migrated_from": done.migrated_from if done else None,
+            },
+        )
+        self.took_over = False  # a later full restore of this task takes nothing over
 
     def still_ours(self) -> None:
         """One read before a lean step: the run is at the version this worker wrote, still
@@ -277,6 +357,24 @@ class _Advance:
         else:
             used = keeper.charge(attempts_used=1)  # spent before the step runs: module doc
         self.prepaid = False
+        with tracing.step_span(
+            run_id=self.run.pk,
+            step=spec.name,
+            attempt=int(used.get("attempts_used", 0)),
+            worker=keeper.owner,
+            run_trace=self.run.trace_context,
+        ) as span:
+            self.step_span, self.step_checkpoint = span, None
+            try:
+                outcome = self.attempt(spec, restored, used)
+            finally:
+                self.step_span = None
+            tracing.step_ended(span, outcome=outcome, checkpoint=self.step_checkpoint)
+            return outcome
+
+    def attempt(self, spec: StepSpec, restored: Restored, used: dict) -> str:
+        """Run one attempt of ``spec`` (its attempt already charged) and commit it."""
+        keeper = self.keeper
         keeper.restart_clock()  # the step's own time is charged by its checkpoint
         ctx = StepContext(
             run=self.run,
@@ -385,6 +483,17 @@ class _Advance:
 
     def approval(self, restored: Restored, spec) -> str:  # noqa: ANN001
         outcome = hooks.approval_gate(run=self.run, spec=spec, envelope=restored.envelope)
+        tracing.event(
+            tracing.APPROVAL_EVENT,
+            {
+                "cairn.approval.decision": outcome.decision,
+                "cairn.approval.action": spec.action,
+                "cairn.approval.request_id": _text_or_none(
+                    outcome.evidence.get("control", {}).get("approval_request_id")
+                ),
+                tracing.STATE: spec.state,
+            },
+        )
         if outcome.decision == "wait":
             return "waiting_approval"
         evidence = evidence_normalize(restored.envelope.get("evidence"))
@@ -509,6 +618,9 @@ class _Advance:
                 f"the checkpoint for {step or state} was refused: {exc.detail}{fields}"
             )
         self.keeper.committed(version=result.run_version, used=groups["budgets"], head=result.head)
+        if self.step_span is not None and self.step_span.is_recording():
+            # The checkpoint this step attempt committed, recorded when the step ends.
+            self.step_checkpoint = tracing.committed(result, state=state)
         log.info(
             "step committed",
             extra={"run": str(self.run.pk), "step": step, "sequence": result.sequence},
@@ -596,6 +708,10 @@ class _Advance:
                 reason=halt.reason,
             )
         return self.pause(halt.reason)
+
+
+def _text_or_none(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def _interpret(spec: StepSpec, returned: Any) -> tuple[str, dict[str, Any]]:

@@ -228,3 +228,19 @@ def workers_dead() -> list[str]:
             last_seen_at__lt=Now() - dead_after, last_seen_at__gte=Now() - window
         ).values_list("worker_id", flat=True)
     )
+
+
+WORKERS_REMEMBERED = timedelta(days=1)
+
+
+def workers_tally(*, now: datetime | None = None) -> tuple[int, int]:
+    """How many workers seen within a day are live and how many dead, by the same age rule
+    as ``workers_liveness`` (one statement; at ``now``, or the database's time when None)."""
+    from django.db.models import Count, Q
+
+    at = Now() if now is None else now
+    dead_after = timedelta(seconds=settings.CAIRN_WORKER_DEAD_SECONDS)
+    seen = WorkerHeartbeat.objects.filter(last_seen_at__gte=at - WORKERS_REMEMBERED).aggregate(
+        live=Count("pk", filter=Q(last_seen_at__gte=at - dead_after)), seen=Count("pk")
+    )
+    return seen["live"], seen["seen"] - seen["live"]

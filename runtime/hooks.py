@@ -41,6 +41,20 @@ def operations_reconcile(*, run: Run, envelope: dict[str, Any]) -> str | None:
     waits to retry. Cairn never calls a provider blindly a second time.
     """
     from runtime.services.reconcile import run_reconcile
+    from telemetry import tracing
     from tenants.services import Actor
 
-    return run_reconcile(run=run, actor=Actor.system("reconciler")).pause_reason
+    report = run_reconcile(run=run, actor=Actor.system("reconciler"))
+    asked = {
+        "confirmed": report.confirmed,
+        "failed": report.failed,
+        "not_found": report.not_found,
+        "unknown": report.unknown,
+        "unavailable": report.unavailable,
+    }
+    if any(asked.values()):  # an event only when something was open: the keys, by answer
+        tracing.event(
+            tracing.RECONCILE_EVENT,
+            {f"cairn.reconcile.{answer}": keys for answer, keys in asked.items() if keys},
+        )
+    return report.pause_reason

@@ -14,6 +14,7 @@ clock is right.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -29,10 +30,24 @@ from checkpoints.models import ACTIVE_STATUSES, OutboxMessage, Run
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS
 from checkpoints.services.commit_sql import RunHead
 from runtime.services.leases import lease_release
+from telemetry import tracing
 
 from .errors import LeaseLost
 
 log = logging.getLogger("cairn.runtime")
+
+
+def _protocol(method):  # noqa: ANN001, ANN202
+    """The lease's statements (renewals, charges, the release) are the protocol's own: the
+    task's and the step's spans time them, and a query span for each model call's charge or
+    each renewal would cost more than it tells (tracing.protocol_statements)."""
+
+    @functools.wraps(method)
+    def untraced(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        with tracing.protocol_statements():
+            return method(self, *args, **kwargs)
+
+    return untraced
 
 
 def used_merge(*sources: dict[str, Any] | None) -> dict[str, Any]:
@@ -84,6 +99,7 @@ class LeaseKeeper:
         # An expression, evaluated by the database in the statement that writes it.
         return Now() + timedelta(seconds=self.ttl_seconds)
 
+    @_protocol
     def renew(self) -> None:
         """Extend the lease (one conditional UPDATE). Raises LeaseLost when it is no longer
         this worker's, or the run moved on or ended."""
@@ -101,6 +117,7 @@ class LeaseKeeper:
                 claimed_until=expiry
             )
 
+    @_protocol
     def charge(self, **deltas: float) -> dict[str, Any]:
         """Add usage to the run and renew the lease, atomically and only while this worker
         holds the lease (one conditional UPDATE when the run's usage is the one this worker
@@ -221,6 +238,7 @@ class LeaseKeeper:
         finally:
             connection.close()  # this thread's own connection
 
+    @_protocol
     def release(self) -> None:
         """End renewal, mark this worker's own command done and release the lease. Never
         raises: a database that is away leaves the lease to expire (and the command's

@@ -44,6 +44,7 @@ class Completion:
 
 class ModelClient(Protocol):
     name: str
+    provider: str  # who serves the model, as the GenAI semantic conventions name it
 
     def complete(self, *, prompt: str, system: str = "", max_tokens: int = 512) -> Completion: ...
 
@@ -68,6 +69,7 @@ class LocalModel:
     """Deterministic stand-in for a language model: same prompt, same answer, same tokens."""
 
     name = "local-deterministic-1"
+    provider = "cairn.local"  # gen_ai.provider.name of its spans
 
     def complete(self, *, prompt: str, system: str = "", max_tokens: int = 512) -> Completion:
         digest = hashlib.sha256(f"{system}\x00{prompt}".encode()).digest()
@@ -87,6 +89,8 @@ class LocalModel:
 
 class OpenAICompatibleModel:
     """``POST {base_url}/chat/completions`` with a bearer key read from a secret reference."""
+
+    provider = "openai"  # the protocol it speaks: gen_ai.provider.name of its spans
 
     def __init__(
         self, *, base_url: str, model: str, api_key_ref: str = "", timeout: float = 60

@@ -39,15 +39,30 @@ class Restored:
     migrated_from: int | None = None
 
 
+# The checks a full restore makes, in order (docs/design.md, "Restore"), as its trace
+# event names them: a Halt names the one that stopped the run.
+CHECKS = (
+    "load",
+    "integrity",
+    "schema",
+    "compatibility",
+    "artifacts",
+    "reconcile",
+    "credentials",
+    "policy",
+)
+
+
 @dataclass
 class Halt:
     action: str  # "pause" or "fail"
     reason: str
     restored: Restored | None = field(default=None)
+    check: str = ""  # which of CHECKS stopped the run
 
 
-def _pause(reason: str) -> Halt:
-    return Halt("pause", reason)
+def _pause(reason: str, check: str) -> Halt:
+    return Halt("pause", reason, check=check)
 
 
 def _check_chain(run: Run, checkpoint: Checkpoint, stored: dict[str, Any]) -> str | None:
@@ -131,7 +146,7 @@ def restore_latest(run: Run, code: Workflow | None = None) -> Restored | Halt:
     try:
         return _restore(run, code)
     except MissingKeyError as exc:
-        return _pause(missing_key_reason(exc, f"checkpoint {run.checkpoint_sequence}"))
+        return _pause(missing_key_reason(exc, f"checkpoint {run.checkpoint_sequence}"), "integrity")
 
 
 def _check_code_version(code: Workflow, checkpoint: Checkpoint, envelope: dict) -> str | None:
@@ -166,24 +181,24 @@ def _restore(run: Run, code: Workflow | None) -> Restored | Halt:
     try:  # (run, sequence) is unique: get(), with no ORDER BY to build
         checkpoint = Checkpoint.objects.get(run=run, sequence=run.checkpoint_sequence)
     except Checkpoint.DoesNotExist:
-        return _pause(f"the run's latest checkpoint {run.checkpoint_sequence} is missing")
+        return _pause(f"the run's latest checkpoint {run.checkpoint_sequence} is missing", "load")
     if (
         str(checkpoint.pk) != str(run.latest_checkpoint_id)
         or checkpoint.sha256 != run.latest_checkpoint_sha256
     ):
-        return _pause(f"checkpoint {checkpoint.sequence} is not the head the run names")
+        return _pause(f"checkpoint {checkpoint.sequence} is not the head the run names", "load")
     # 3. Identity and integrity.
     try:
         stored = checkpoint_envelope(checkpoint)
     except IntegrityFailure as exc:
-        return _pause(exc.detail)
+        return _pause(exc.detail, "integrity")
     problem = (
         _check_chain(run, checkpoint, stored)
         or checkpoint_columns_problem(checkpoint, stored)
         or run_head_problem(run, stored)
     )
     if problem:
-        return _pause(problem)
+        return _pause(problem, "integrity")
     # 4. Older envelope schemas go through the explicit migrations, then the schema check.
     migrated_from = None
     envelope = stored
@@ -192,33 +207,38 @@ def _restore(run: Run, code: Workflow | None) -> Restored | Halt:
         try:
             envelope = env.migrate(stored)
         except (env.NoMigration, env.EnvelopeTooNew) as exc:
-            return _pause(f"checkpoint {checkpoint.sequence}: {exc}")
+            return _pause(f"checkpoint {checkpoint.sequence}: {exc}", "schema")
         except (KeyError, TypeError, ValueError) as exc:
             return _pause(
                 f"checkpoint {checkpoint.sequence} cannot be migrated from schema "
-                f"{migrated_from}: {exc!r}"
+                f"{migrated_from}: {exc!r}",
+                "schema",
             )
     try:
         env.validate(envelope)
     except env.EnvelopeInvalid as exc:
-        return _pause(f"checkpoint {checkpoint.sequence} breaks the envelope schema: {exc}")
+        return _pause(
+            f"checkpoint {checkpoint.sequence} breaks the envelope schema: {exc}", "schema"
+        )
     if envelope["position"]["state"] != run.state:
         return _pause(
             f"checkpoint {checkpoint.sequence} is at state '{envelope['position']['state']}' "
-            f"but the run says '{run.state}'"
+            f"but the run says '{run.state}'",
+            "integrity",
         )
     if code is not None:
         problem = _check_code_version(code, checkpoint, envelope)
         if problem:
-            return _pause(problem)
+            return _pause(problem, "compatibility")
     try:
         problem = _check_artifacts(run, envelope)
     except MissingKeyError as exc:
         return _pause(
-            missing_key_reason(exc, f"an evidence artifact of checkpoint {checkpoint.sequence}")
+            missing_key_reason(exc, f"an evidence artifact of checkpoint {checkpoint.sequence}"),
+            "artifacts",
         )
     if problem:
-        return _pause(f"checkpoint {checkpoint.sequence}: {problem}")
+        return _pause(f"checkpoint {checkpoint.sequence}: {problem}", "artifacts")
     used = used_merge(envelope.get("budgets"), run.budget_used)
     restored = Restored(
         checkpoint=checkpoint, envelope=envelope, used=used, migrated_from=migrated_from
@@ -226,7 +246,7 @@ def _restore(run: Run, code: Workflow | None) -> Restored | Halt:
     # 5. External operations whose outcome is unknown are settled before any new write.
     reason = hooks.operations_reconcile(run=run, envelope=envelope)
     if reason:
-        return Halt("pause", reason, restored)
+        return Halt("pause", reason, restored, check="reconcile")
     # 6. Time-sensitive policy: credentials still resolve; budgets and the deadline
     # (approval expiry: approval_gate).
     return credentials_check(code, restored) or policy_check(run, restored) or restored
@@ -236,7 +256,7 @@ def credentials_check(code: Workflow | None, restored: Restored) -> Halt | None:
     """Pause the run when a secret reference its steps declare no longer resolves (run
     before every step, in the lean loop too). Reads no database."""
     problem = _check_secrets(code) if code is not None else None
-    return Halt("pause", problem, restored) if problem else None
+    return Halt("pause", problem, restored, check="credentials") if problem else None
 
 
 def policy_check(run: Run, restored: Restored, *, attempt_needed: bool = False) -> Halt | None:
@@ -247,4 +267,4 @@ def policy_check(run: Run, restored: Restored, *, attempt_needed: bool = False) 
     if not attempt_needed:
         limits.pop("max_attempts", None)
     reason = budget_exhausted(Run(budget_limits=limits, budget_used=restored.used))
-    return Halt("fail", reason, restored) if reason else None
+    return Halt("fail", reason, restored, check="policy") if reason else None

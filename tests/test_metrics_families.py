@@ -37,4 +37,10 @@ def test_every_family_is_announced_on_an_empty_database(client, settings, db):  
         (f["name"], f["type"], f["help"]) for f in golden["families"]
     ]
     without_samples = {f["name"] for f in families if not f["samples"]}
-    assert without_samples == {"cairn_runs", "cairn_stalled_operations", "cairn_approvals"}
+    assert without_samples == {
+        "cairn_runs",
+        "cairn_stalled_operations",
+        "cairn_approvals",
+        "cairn_approval_time_left_seconds",
+        "cairn_active_run_restores_max",
+    }

@@ -68,3 +68,23 @@ def test_each_transition_is_one_json_line(log_lines, acme, bob, workflow):
     assert {t["run"] for t in transitions} == {str(run.id)}
     assert {t["tenant"] for t in transitions} == {"acme"}
     assert all(t["level"] == "INFO" and t["time"] for t in transitions)
+
+
+def test_a_line_written_inside_a_span_carries_its_trace_and_span_ids(log_lines):
+    from opentelemetry.sdk.trace import TracerProvider
+
+    log = logging.getLogger("cairn.test")
+    tracer = TracerProvider().get_tracer("test")  # a provider of its own: nothing global
+    log.info("before the span")
+    with tracer.start_as_current_span("outer") as outer:
+        log.info("in the outer span")
+        with tracer.start_as_current_span("inner") as inner:
+            log.info("in the inner span")
+    log.info("after the span")
+    lines = {line["message"]: line for line in log_lines()}
+    for message, span in (("in the outer span", outer), ("in the inner span", inner)):
+        context = span.get_span_context()
+        assert lines[message]["trace_id"] == f"{context.trace_id:032x}"
+        assert lines[message]["span_id"] == f"{context.span_id:016x}"
+    for message in ("before the span", "after the span"):
+        assert "trace_id" not in lines[message] and "span_id" not in lines[message]

@@ -57,6 +57,7 @@ from checkpoints.services.reads import FIELD, TABLE, checkpoint_envelope, run_ge
 from checkpoints.services.references import references_record
 from checkpoints.services.workflows import transition_allowed
 from telemetry.latency import commit_latency_record
+from telemetry.tracing import commit_traced
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record
 
@@ -276,6 +277,7 @@ def checkpoint_insert(
     return checkpoint
 
 
+@commit_traced  # a span around every commit, whoever writes it; the body is not touched
 def checkpoint_commit(
     *,
     tenant: Tenant,

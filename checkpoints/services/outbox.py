@@ -26,6 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from checkpoints.models import OutboxMessage, Run
+from telemetry.tracing import message_headers, run_context
 
 log = logging.getLogger("cairn.outbox")
 
@@ -66,7 +67,14 @@ def _publish(message: OutboxMessage) -> None:
         return
     from cairn.celery import app
 
-    app.send_task(task, kwargs=message.payload, retry=False)
+    # The run's trace goes with its command, whoever publishes it (a web request, the sweep,
+    # the rescue of a dead worker's run): the worker that executes it traces into the run's
+    # trace. Published in that context, the Celery instrumentation's own span joins it too.
+    trace_context = getattr(message, "run_trace_context", "")
+    with run_context(trace_context):
+        app.send_task(
+            task, kwargs=message.payload, retry=False, headers=message_headers(trace_context)
+        )
 
 
 _OUTBOX = OutboxMessage._meta.db_table
@@ -87,10 +95,12 @@ _DUE = (
 # The claim: one conditional UPDATE that also returns what to publish, so a dispatcher
 # neither reads the message first nor can claim one another dispatcher holds. ``which`` is
 # the caller's ids, or the sweep's oldest due ones.
+_RUN = Run._meta.db_table
 _CLAIM = f"""
 UPDATE {_OUTBOX} SET claimed_until = {{later}}, attempts = attempts + 1
  WHERE id IN ({{which}}) AND {_DUE}
-RETURNING id, kind, payload
+RETURNING id, kind, payload,
+    (SELECT trace_context FROM {_RUN} WHERE {_RUN}.id = {_OUTBOX}.run_id)
 """
 _SWEEP = f"SELECT id FROM {_OUTBOX} WHERE {_DUE} ORDER BY id LIMIT %s"
 _SENT = f"UPDATE {_OUTBOX} SET sent_at = %s WHERE id = %s"
@@ -99,7 +109,8 @@ _UNCLAIM = f"UPDATE {_OUTBOX} SET claimed_until = NULL WHERE id = %s"
 
 def _claim(message_ids: list[int] | None, *, limit: int, seconds: float) -> list[OutboxMessage]:
     """Claim the due messages among ``message_ids`` (all due ones, oldest first, when None),
-    at most ``limit``, for ``seconds`` on the database's clock: one statement."""
+    at most ``limit``, for ``seconds`` on the database's clock, each with its run's trace
+    context (``run_trace_context``, not a column of the message): one statement."""
     vendor = "postgresql" if connection.vendor == "postgresql" else "sqlite"
     now, later = _NOW[vendor], _LATER[vendor]
     if message_ids is None:
@@ -114,14 +125,16 @@ def _claim(message_ids: list[int] | None, *, limit: int, seconds: float) -> list
         cursor.execute(sql, [seconds, *which_params])
         rows = cursor.fetchall()
     # PostgreSQL's driver decodes jsonb; SQLite returns the text.
-    return [
-        OutboxMessage(
+    messages = []
+    for pk, kind, payload, trace_context in sorted(rows):
+        message = OutboxMessage(
             id=pk,
             kind=kind,
             payload=json.loads(payload) if isinstance(payload, str | bytes) else payload,
         )
-        for pk, kind, payload in sorted(rows)
-    ]
+        message.run_trace_context = trace_context or ""
+        messages.append(message)
+    return messages
 
 
 def _mark(sql: str, *params: Any) -> None:
@@ -152,9 +165,9 @@ def outbox_dispatch(*, message_ids: Iterable[int] | None = None, limit: int = 20
     return published
 
 
-def outbox_lag_seconds() -> float:
-    """Age of the oldest due, unsent message (0 when the outbox is drained)."""
-    now = timezone.now()
+def outbox_lag_seconds(now: datetime | None = None) -> float:
+    """Age of the oldest due, unsent message as of ``now`` (0 when the outbox is drained)."""
+    now = now or timezone.now()
     oldest = (
         OutboxMessage.objects.filter(sent_at__isnull=True)
         .filter(Q(available_at__isnull=True) | Q(available_at__lte=now))

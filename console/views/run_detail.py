@@ -14,6 +14,7 @@ from checkpoints.services.artifacts import artifact_read
 from checkpoints.services.integrity import run_head_problem
 from console import run_reads
 from console.machine import machine_drawing
+from telemetry.tracing import trace_url
 from tenants import roles
 from tenants.access import console_view
 
@@ -75,6 +76,7 @@ def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
         "forks": list(run_reads.forks(run)),
         # Legal holds are the admins' (the retention page's); the run page offers one.
         "can_hold": access.can(roles.ADMIN),
+        "trace_url": trace_url(settings.CAIRN_TRACE_URL_TEMPLATE, run.trace_context),
     }
     return render(request, "console/run_detail.html", context)
 

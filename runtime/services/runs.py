@@ -17,6 +17,7 @@ from checkpoints.services.checkpoints import checkpoint_build, checkpoint_insert
 from checkpoints.services.workflows import workflow_resolve
 from runtime.registry import workflow_ensure_registered
 from telemetry.logs import transition_log
+from telemetry.tracing import run_trace_start
 from tenants.models import Tenant
 from tenants.services import Actor
 
@@ -192,6 +193,13 @@ def genesis(
         k: envelope["budgets"][k]
         for k in ("attempts_used", "tokens_used", "cost_used", "elapsed_seconds")
     }
+    # Kept for the run's whole life: its commands carry it to every worker (the outbox).
+    run.trace_context = run_trace_start(
+        run_id=run.id,
+        tenant=run.tenant.slug,
+        workflow_type=run.workflow_type,
+        workflow_version=run.workflow_version,
+    )
     run.save(force_insert=True)
     checkpoint_insert(
         run=run, checkpoint_id=checkpoint_id, prepared=prepared, actor=actor, is_evidence=True
