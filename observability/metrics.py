@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.apps import apps
 from django.conf import settings
@@ -150,8 +150,8 @@ def _workers(now: datetime) -> GaugeMetricFamily:
     live, dead = workers_tally(now=now)
     family = GaugeMetricFamily(
         "cairn_workers",
-        f"Workers that beat within {settings.CAIRN_WORKER_DEAD_SECONDS} s (alive), or "
-        "earlier within a day (silent: stopped or dead).",
+        "Workers whose heartbeat is live (alive: within CAIRN_WORKER_DEAD_SECONDS), or "
+        "older, seen within a day (silent: stopped or dead).",
         labels=["state"],
     )
     family.add_metric(["alive"], live)
