@@ -42,6 +42,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
 ROOT_USER = os.geteuid() == 0
@@ -305,6 +306,7 @@ def environment(
         "CAIRN_ENCRYPTION_KEYS": new_key_spec("chaos"),
         "DJANGO_SECRET_KEY": "chaos-" + os.urandom(24).hex(),
         "CAIRN_PUBLISHING_URL": publishing_url,
+        "CAIRN_OUTBOUND_ALLOWED_INTERNAL": urlsplit(publishing_url).netloc,  # self-hosted
         "CAIRN_LOG_LEVEL": "WARNING",
         "CAIRN_WORKFLOW_MODULES": "runtime.demo,tests.chaos_workflows",
         "CAIRN_CHAOS_STEP_SECONDS": str(step_seconds),

@@ -20,6 +20,7 @@ import signal
 import sys
 from contextlib import ExitStack
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -85,6 +86,9 @@ def test_two_worker_machines_a_web_machine_and_a_kill_publish_once_and_read_ever
         "CAIRN_ENCRYPTION_KEYS": os.environ["CAIRN_ENCRYPTION_KEYS"],
         "DJANGO_SECRET_KEY": "rehearsal-secret-key-shared-by-the-web-processes-" + "x" * 20,
         "CAIRN_PUBLISHING_URL": slow_publishing.url,
+        # A self-hosted provider on an internal address is allowed by name, as a deployment
+        # would list it (cairn.outbound refuses internal destinations otherwise).
+        "CAIRN_OUTBOUND_ALLOWED_INTERNAL": urlsplit(slow_publishing.url).netloc,
         "CAIRN_PROVIDER_TIMEOUT_SECONDS": "45",
         "CAIRN_LEASE_SECONDS": "2",
         "CAIRN_LOG_LEVEL": "INFO",
