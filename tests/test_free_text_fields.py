@@ -55,6 +55,7 @@ NOT_FREE_TEXT = {
     "checkpoints.Run.state": "a state of the run's definition",
     "checkpoints.Run.step": "a step of the run's definition",
     "checkpoints.Run.latest_checkpoint_sha256": "a hash",
+    "checkpoints.Run.trace_context": "a W3C traceparent Cairn formats from hex ids",
     "checkpoints.Run.budget_limits": "numbers and a date",
     "checkpoints.Run.budget_used": "numbers",
     "checkpoints.Checkpoint.state": "a state of the run's definition",
