@@ -11,14 +11,21 @@ import logging
 from typing import Any, Literal
 from uuid import UUID
 
-from approvals.models import ApprovalStatus
-from approvals.selectors import approved_request_for_version
+from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.services import approval_gate
 from approvals.services.closing import approval_requests_close
 from approvals.services.gate import approval_commit_check, approval_consume
+from approvals.services.standing import ApprovalAsk, approval_standing
 from cairn.errors import ArtifactHashMismatch
-from checkpoints.approvals_port import ApprovalOutcome, ApprovalState, ApprovalUse, CommitRun
+from checkpoints.approvals_port import (
+    ApprovalOutcome,
+    ApprovalState,
+    ApprovalUse,
+    CommitRun,
+    ConsumedApproval,
+)
 from checkpoints.models import Run
+from checkpoints.services.workflows import approval_action
 from tenants.services import Actor
 
 log = logging.getLogger("cairn.approvals")
@@ -50,10 +57,12 @@ def restore_approval_outcome(
             f"the approval state '{spec.state}' has no artifact "
             f"'{spec.artifact or 'draft'}' in the run's evidence to review"
         )
+    # The action the stored definition declares: the one the commit will hold the move to.
+    action = approval_action(run.workflow.definition, spec.state)
     try:
         verdict = approval_gate(
             run=run,
-            action=spec.action,
+            action=action,
             artifact_id=ref["id"],
             artifact_sha256=ref["sha256"],
             actor=Actor.system(GATE_ACTOR),
@@ -71,8 +80,7 @@ def restore_approval_outcome(
         validator = {
             "name": "approval",
             "passed": True,
-            "detail": f"'{spec.action}' approved by {approvers} for sha256 "
-            f"{request.artifact_sha256}",
+            "detail": f"'{action}' approved by {approvers} for sha256 {request.artifact_sha256}",
         }
         return ApprovalOutcome("approved", evidence={"control": control, "validators": [validator]})
     if verdict.outcome == "rejected":
@@ -87,9 +95,17 @@ class ApprovalsApp:
     """The approvals app as the lower layers see it (``checkpoints.approvals_port``)."""
 
     def commit_approval_check(
-        self, *, run: CommitRun, state: str, evidence: dict[str, Any], control: dict[str, Any]
+        self,
+        *,
+        run: CommitRun,
+        action: str,
+        state: str,
+        evidence: dict[str, Any],
+        control: dict[str, Any],
     ) -> ApprovalUse | None:
-        return approval_commit_check(run=run, state=state, evidence=evidence, control=control)
+        return approval_commit_check(
+            run=run, action=action, state=state, evidence=evidence, control=control
+        )
 
     def commit_approval_consume(self, *, use: ApprovalUse, run: CommitRun, actor: Actor) -> None:
         approval_consume(
@@ -118,8 +134,28 @@ class ApprovalsApp:
         )
 
     def approved_request_id(self, *, run: Run) -> UUID | None:
-        approved = approved_request_for_version(run)
-        return approved.pk if approved is not None else None
+        ask = ApprovalAsk(
+            run_id=run.pk,
+            version=run.version,
+            action=approval_action(run.workflow.definition, run.state),
+        )
+        standing = approval_standing(ask=ask)
+        return standing.request.pk if standing.verdict == "approved" else None
+
+    def approvals_consumed(self, *, run_id: UUID) -> list[ConsumedApproval]:
+        rows = ApprovalRequest.objects.filter(
+            run_id=run_id, status=ApprovalStatus.CONSUMED
+        ).order_by("consumed_at", "pk")
+        return [
+            ConsumedApproval(
+                request_id=row.pk,
+                action=row.action,
+                artifact_sha256=row.artifact_sha256,
+                checkpoint_sequence=row.checkpoint_sequence,
+                checkpoint_sha256=row.checkpoint_sha256,
+            )
+            for row in rows
+        ]
 
 
 port = ApprovalsApp()

@@ -8,6 +8,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Exists, F, OuterRef, QuerySet
 from django.utils import timezone
 
+from approvals.four_eyes import four_eyes_involved
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from cairn.errors import NotFound
 from checkpoints.models import ACTIVE_STATUSES, Run, RunStatus
@@ -32,16 +33,18 @@ def review_queue(*, tenant: Tenant, user: AbstractBaseUser) -> QuerySet:
     """Pending, unexpired requests ``user`` may decide, most urgent first.
 
     Empty for a user without the review role; only the granted runs for a holder of run
-    grants. Leaves out the user's own requests and those the user has already decided (a
-    request needing several approvals stays pending). A request whose run moved past the
-    bound version, or ended, is left out too: deciding it would only be refused as stale.
+    grants. Leaves out the requests the user may not decide by the four-eyes rule (they
+    started the run, asked, or uploaded or committed the artifact) and those the user has
+    already decided (a request needing several approvals stays pending). A request whose
+    run moved past the bound version, or ended, is left out too: deciding it would only be
+    refused as stale.
     """
     decided = ApprovalDecision.objects.filter(request=OuterRef("pk"), approver=user)
     return (
         requests_for_tenant(tenant, status=ApprovalStatus.PENDING, user=user)
         .filter(expires_at__gt=timezone.now())
         .filter(run__version=F("run_version"), run__status__in=OPEN_RUN_STATUSES)
-        .exclude(requester=user)
+        .exclude(four_eyes_involved(user))
         .exclude(Exists(decided))
         .order_by("expires_at", "id")
     )
@@ -92,19 +95,4 @@ def decisions_of(*, tenant: Tenant, user: AbstractBaseUser) -> QuerySet:
         ApprovalDecision.objects.filter(tenant=tenant, approver=user)
         .select_related("request", "request__run")
         .order_by("-created_at", "-id")
-    )
-
-
-def approved_request_for_version(run: Run) -> ApprovalRequest | None:
-    """The newest approved, unexpired request bound to the run's current version: the one a
-    runner may move past the approval state under (``GET /runs/{id}/next``)."""
-    return (
-        ApprovalRequest.objects.filter(
-            run=run,
-            status=ApprovalStatus.APPROVED,
-            run_version=run.version,
-            expires_at__gt=timezone.now(),
-        )
-        .order_by("-created_at")
-        .first()
     )

@@ -71,6 +71,10 @@ class StubPort:
         self._record("approved_request_id", **kwargs)
         return self.approved
 
+    def approvals_consumed(self, **kwargs: Any) -> list:
+        self._record("approvals_consumed", **kwargs)
+        return []
+
 
 STUB = StubPort()
 
