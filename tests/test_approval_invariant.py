@@ -293,3 +293,104 @@ def test_a_draft_committed_by_hand_is_not_published_under_an_older_approval(
     assert service.stats()["publications"] == 0
     assert not ExternalOperation.objects.filter(run=run, status="confirmed").exists()
     assert run.status == RunStatus.FAILED and "approv" in run.status_reason
+
+
+# --- four eyes, in every path ------------------------------------------------------------
+def _involved(involvement: str, acme, alice, bob, api_as):  # noqa: ANN001, ANN202
+    """A run at review with a request bob raised, in which alice is involved as named."""
+    starter = Actor(user=alice) if involvement == "started" else Actor.system("test runner")
+    run = run_create(
+        tenant=acme, workflow_type="research", inputs={}, execution="external", actor=starter
+    )
+    if involvement == "uploaded":
+        stored = api_as(alice, acme).generic(
+            "POST",
+            "/api/v1/artifacts",
+            DRAFT.encode(),
+            content_type="text/markdown",
+            HTTP_X_ARTIFACT_KIND="draft",
+        )
+        assert stored.status_code in (200, 201), stored.content
+    artifact = draft(acme)
+    if involvement == "committed":
+        committed = _commit(
+            api_as(alice, acme), run, "draft_answer", envelope={"evidence": _evidence(artifact)}
+        )
+        assert committed.status_code == 201, committed.json()
+    run = at_review(run, artifact)
+    asker = alice if involvement == "requested" else bob
+    return run, ask(run, artifact, asker)
+
+
+@pytest.mark.parametrize("involvement", ["started", "requested", "uploaded", "committed"])
+def test_four_eyes_refuses_whoever_started_asked_uploaded_or_committed_in_every_path(
+    involvement, acme, alice, bob, carol, workflow, api_as
+):  # noqa: ANN001
+    from django.test import Client
+
+    run, request = _involved(involvement, acme, alice, bob, api_as)
+    body = {"decision": "approve", "artifact_sha256": request.artifact_sha256, "comment": "ok"}
+    api = api_as(alice, acme)
+    answer = api.post(f"/api/v1/approvals/{request.pk}/decision", body, format="json")
+    assert answer.status_code == 409, answer.json()
+    assert answer.json()["code"] == "self_approval_forbidden"
+    # The review page refuses with the same code and sentence, and says why before that.
+    page = Client()
+    page.force_login(alice)
+    shown = page.get(f"/approvals/{request.pk}/")
+    assert "someone else has to decide it" in shown.text
+    refused = page.post(f"/approvals/{request.pk}/decision", body)
+    assert refused.status_code == 409 and refused.context["refusal_code"] == answer.json()["code"]
+    # Alice's queue does not offer what she could only be refused on; carol's does.
+    queue = api.get("/api/v1/approvals?status=pending").json()["results"]
+    assert str(request.pk) not in [r["id"] for r in queue]
+    theirs = api_as(carol, acme).get("/api/v1/approvals?status=pending").json()["results"]
+    assert str(request.pk) in [r["id"] for r in theirs]
+    request.refresh_from_db()
+    assert request.status == ApprovalStatus.PENDING and not request.decisions.exists()
+    approved = api_as(carol, acme).post(
+        f"/api/v1/approvals/{request.pk}/decision", body, format="json"
+    )
+    assert approved.status_code == 200, approved.json()
+
+
+def test_a_request_the_runtime_raises_is_attributed_to_the_starter_who_may_not_decide_it(
+    gated, service, acme, alice, carol, api_as
+):  # noqa: ANN001
+    run = _work(_worker_run(acme, alice))
+    request = ApprovalRequest.objects.get(run=run, status=ApprovalStatus.PENDING)
+    assert request.requester == alice
+    body = {"decision": "approve", "artifact_sha256": request.artifact_sha256, "comment": "me"}
+    answer = api_as(alice, acme).post(
+        f"/api/v1/approvals/{request.pk}/decision", body, format="json"
+    )
+    assert (answer.status_code, answer.json()["code"]) == (409, "self_approval_forbidden")
+
+
+# --- the audit of stored history ---------------------------------------------------------
+def test_the_audit_command_lists_the_runs_that_crossed_an_approval_unapproved(
+    run, acme, bob, workflow
+):  # noqa: ANN001
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    clean = run_create(
+        tenant=acme,
+        workflow_type="research",
+        inputs={},
+        execution="external",
+        actor=Actor(user=bob),
+    )
+    at_review(clean, draft(acme, DRAFT + "\nclean\n"))
+    run = at_review(run, draft(acme))
+    crossing = _crossed_unapproved(run)
+    out = StringIO()
+    with pytest.raises(CommandError, match="1 run"):
+        call_command("approvals_audit", stdout=out)
+    text = out.getvalue()
+    assert str(run.pk) in text and f"checkpoint {crossing.sequence}" in text
+    assert str(clean.pk) not in text
+    out = StringIO()
+    call_command("approvals_audit", "--tenant", "globex-nobody", stdout=out)
+    assert "No run breaks the approval invariant" in out.getvalue()

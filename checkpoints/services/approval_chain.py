@@ -17,12 +17,13 @@ held (or rows written by hand) is caught there too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cairn.errors import IntegrityFailure
 from checkpoints.approvals_port import ConsumedApproval, approvals_port
-from checkpoints.models import Checkpoint, Run, RunStatus
+from checkpoints.models import Checkpoint, Run, RunStatus, WorkflowDefinition
 from checkpoints.services.reads import checkpoint_envelope
 from checkpoints.services.workflows import approval_action, states_behind
 
@@ -221,3 +222,25 @@ def approval_effect_refusal(run: Run, *, action: str) -> str:
             + "; nothing was performed. Ask for an approval of the artifact as it is now."
         )
     return ""
+
+
+def runs_approval_violations(*, tenant_slug: str | None = None) -> Iterator[tuple[Run, list[str]]]:
+    """Every stored run (of one tenant, or all) whose chain breaks the approval invariant,
+    with its problems, oldest run first: the audit a deployment runs over its history
+    (``manage.py approvals_audit``). Reads only; only runs of workflows with an approval
+    state are walked."""
+    gated = [
+        pk
+        for pk, definition in WorkflowDefinition.objects.values_list("pk", "definition")
+        if (definition or {}).get("approval_states")
+    ]
+    runs = Run.objects.filter(workflow_id__in=gated).select_related("workflow", "tenant")
+    if tenant_slug:
+        runs = runs.filter(tenant__slug=tenant_slug)
+    for run in runs.order_by("created_at", "id").iterator(chunk_size=200):
+        try:
+            problems = run_approval_passage(run).problems
+        except IntegrityFailure as exc:
+            problems = [f"the chain cannot be read: {exc.detail}"]
+        if problems:
+            yield run, problems
