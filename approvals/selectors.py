@@ -10,8 +10,10 @@ from django.utils import timezone
 
 from approvals.four_eyes import four_eyes_involved
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
+from approvals.services.standing import ApprovalAsk, ApprovalStanding, approval_standing
 from cairn.errors import NotFound
 from checkpoints.models import ACTIVE_STATUSES, Run, RunStatus
+from checkpoints.services.workflows import approval_action
 from tenants.models import Tenant
 from tenants.selectors import review_scope
 
@@ -96,3 +98,21 @@ def decisions_of(*, tenant: Tenant, user: AbstractBaseUser) -> QuerySet:
         .select_related("request", "request__run")
         .order_by("-created_at", "-id")
     )
+
+
+def approval_standing_for_run(*, run: Run, evidence: dict) -> ApprovalStanding | None:
+    """At an approval state, what ``approval_standing`` says of the run as it is (its
+    version, the action its approval state declares, the artifacts ``evidence`` names):
+    the request that lets it pass, or why none does. None at any other state. For the run
+    page; reads one query."""
+    definition = run.workflow.definition
+    if run.state not in (definition.get("approval_states") or ()):
+        return None
+    ask = ApprovalAsk(
+        run_id=run.pk,
+        version=run.version,
+        action=approval_action(definition, run.state),
+        artifact_sha256s={ref.get("sha256") for ref in evidence.get("artifacts") or []},
+        place=f"Leaving '{run.state}'",
+    )
+    return approval_standing(ask=ask)

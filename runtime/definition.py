@@ -24,7 +24,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoints.services.workflows import definition_normalize, states_reachable
+from checkpoints.services.workflows import (
+    definition_normalize,
+    gate_of,
+    states_behind,
+    states_reachable,
+)
 
 StepFunction = Callable[..., Any]
 
@@ -272,20 +277,28 @@ class Workflow:
 
     def _approval_action(self, raw: dict[str, Any], spec: ApprovalSpec) -> str:
         """The action an approval at ``spec.state`` allows: the one declared, else the one
-        its effect states perform. Every effect state a run reaches from it (before another
-        approval state) must perform exactly that action: an approval of ``publish`` never
-        lets a step perform anything else."""
+        its effect state performs (the first a run reaches from it). Every effect state past
+        it (reached only through it) must perform exactly that action: an approval of
+        ``publish`` never lets a step perform anything else."""
         ahead = states_reachable(raw, spec.state, stop_at_approvals=True, leave=spec.state)
-        effects = [
+        first = [
             self.steps[s]
             for s in self._order
             if s in ahead and s in self.steps and self.steps[s].effect_action
         ]
-        action = spec.action or (effects[0].effect_action if effects else spec.next)
-        other = [e for e in effects if e.effect_action != action]
+        action = spec.action or (first[0].effect_action if first else spec.next)
+        past = states_behind(raw).get(spec.state, frozenset())
+        other = [
+            self.steps[s]
+            for s in self._order
+            if s in past
+            and s in self.steps
+            and self.steps[s].effect_action not in (None, action)
+            and gate_of(raw, s) == spec.state
+        ]
         if other:
             raise WorkflowDeclarationError(
                 f"{self}: an approval at '{spec.state}' allows '{action}', but the effect "
-                f"state '{other[0].state}' after it performs '{other[0].effect_action}'."
+                f"state '{other[0].state}' past it performs '{other[0].effect_action}'."
             )
         return action

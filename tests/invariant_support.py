@@ -5,6 +5,8 @@ the declarative ``research`` of tests.factories), and the rule for what reached 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from approvals.models import ApprovalRequest, ApprovalStatus
 from checkpoints.models import Checkpoint, ExternalOperation, Run, RunStatus
 from checkpoints.services.reads import checkpoint_envelope
@@ -54,14 +56,19 @@ def invariant_breaks(run: Run) -> list[int]:
     return broken
 
 
-def shipped_unapproved(service) -> list[str]:  # noqa: ANN001
-    """Every publication the provider holds that no consumed approval of its run binds:
-    same action, and the draft it shipped is the approved artifact."""
+def shipped_unapproved(service, runs: Iterable[str] | None = None) -> list[str]:  # noqa: ANN001
+    """Every publication the provider holds (for ``runs``, else any) that no consumed
+    approval of its run binds: same action, and the draft it shipped is the approved
+    artifact."""
     problems = []
+    only = None if runs is None else {str(pk) for pk in runs}
     for key in service.stats().get("ids", {}):
         operation = ExternalOperation.objects.filter(idempotency_key=key).first()
         if operation is None:
-            problems.append(f"{key}: published, and no operation records it")
+            if only is None:
+                problems.append(f"{key}: published, and no operation records it")
+            continue
+        if only is not None and str(operation.run_id) not in only:
             continue
         shipped = (operation_request(operation) or {}).get("draft_sha256")
         approved = ApprovalRequest.objects.filter(

@@ -394,3 +394,19 @@ def test_the_audit_command_lists_the_runs_that_crossed_an_approval_unapproved(
     out = StringIO()
     call_command("approvals_audit", "--tenant", "globex-nobody", stdout=out)
     assert "No run breaks the approval invariant" in out.getvalue()
+
+
+def test_the_run_page_says_which_approval_lets_the_run_pass_and_why_not(run, bob, carol, acme):  # noqa: ANN001
+    from django.test import Client
+
+    artifact = draft(acme)
+    run = at_review(run, artifact)
+    page = Client()
+    page.force_login(bob)
+    decide(ask(run, artifact, bob, action="delete_everything"), carol)
+    shown = page.get(f"/runs/{run.pk}/").text
+    assert "cannot leave review yet" in shown and "delete_everything" in shown
+    request = ask(run, artifact, bob)  # publish, the action review declares
+    decide(request, carol)
+    shown = page.get(f"/runs/{run.pk}/").text
+    assert f'Approval request <span class="mono">{request.pk}</span> lets the run leave' in shown

@@ -25,7 +25,7 @@ from cairn.errors import IntegrityFailure
 from checkpoints.approvals_port import ConsumedApproval, approvals_port
 from checkpoints.models import Checkpoint, Run, RunStatus, WorkflowDefinition
 from checkpoints.services.reads import checkpoint_envelope
-from checkpoints.services.workflows import approval_action, states_behind
+from checkpoints.services.workflows import approval_action, gate_of, states_behind
 
 
 @dataclass(frozen=True)
@@ -165,17 +165,6 @@ def run_approval_passage(run: Run) -> Passage:
         consumed=approvals_port().approvals_consumed(run_id=run.pk),
         ended_well=run.status == RunStatus.SUCCEEDED,
     )
-
-
-def gate_of(definition: dict[str, Any], state: str) -> str | None:
-    """The nearest approval state ``state`` lies past (the last one a run passed to get
-    there), or None when it lies past none."""
-    behind = states_behind(definition)
-    around = [gate for gate, stretch in behind.items() if state in stretch]
-    for gate in around:
-        if all(gate == other or gate in behind[other] for other in around):
-            return gate
-    return around[-1] if around else None
 
 
 def gate_not_passed(definition: dict[str, Any], passage: Passage, target: str) -> str | None:

@@ -21,7 +21,7 @@ from tenants.models import Tenant
 
 LIST_KEYS = ("states", "terminal", "approval_states", "effect_states")
 # What a definition declares for each approval state (``approvals``): the action an approval
-# there allows. Issue 27 adds reviewer groups and quorum here.
+# there allows. What else an approval state declares belongs here too.
 APPROVAL_FIELDS = ("action",)
 
 
@@ -176,6 +176,17 @@ def states_behind(definition: dict[str, Any]) -> dict[str, frozenset[str]]:
         gate: frozenset(everywhere - states_reachable(definition, initial, avoid=gate) - {gate})
         for gate in definition.get("approval_states") or ()
     }
+
+
+def gate_of(definition: dict[str, Any], state: str) -> str | None:
+    """The nearest approval state ``state`` lies past (the last one a run passed to get
+    there), or None when it lies past none."""
+    behind = states_behind(definition)
+    around = [gate for gate, stretch in behind.items() if state in stretch]
+    for gate in around:
+        if all(gate == other or gate in behind[other] for other in around):
+            return gate
+    return around[-1] if around else None
 
 
 def gated_states(definition: dict[str, Any]) -> set[str]:
