@@ -116,8 +116,9 @@ class ApprovalsPort(Protocol):
     ) -> ApprovalOutcome:
         """The restore's gate at an approval state (the run leased, ``envelope`` its latest):
         may the run go on? Raises the request when there is none, re-evaluates expiry, and
-        answers approved only with a valid approval for the run's version, action and
-        artifact sha256, consumed once."""
+        answers approved only with a valid approval for the run's version, the action the
+        stored definition declares and the artifact sha256. The commit that moves the run on
+        consumes it (``commit_approval_check``/``commit_approval_consume``), once."""
         ...
 
     def approval_requests_close(

@@ -60,16 +60,14 @@ def shipped_unapproved(service, runs: Iterable[str] | None = None) -> list[str]:
     """Every publication the provider holds (for ``runs``, else any) that no consumed
     approval of its run binds: same action, and the draft it shipped is the approved
     artifact."""
+    published = service.stats().get("ids", {})
+    operations = ExternalOperation.objects.filter(idempotency_key__in=list(published))
+    if runs is not None:
+        operations = operations.filter(run_id__in=list(runs))
     problems = []
-    only = None if runs is None else {str(pk) for pk in runs}
-    for key in service.stats().get("ids", {}):
-        operation = ExternalOperation.objects.filter(idempotency_key=key).first()
-        if operation is None:
-            if only is None:
-                problems.append(f"{key}: published, and no operation records it")
-            continue
-        if only is not None and str(operation.run_id) not in only:
-            continue
+    if runs is None and operations.count() != len(published):
+        problems.append("a publication that no operation records")
+    for operation in operations:
         shipped = (operation_request(operation) or {}).get("draft_sha256")
         approved = ApprovalRequest.objects.filter(
             run_id=operation.run_id,
@@ -78,5 +76,8 @@ def shipped_unapproved(service, runs: Iterable[str] | None = None) -> list[str]:
             artifact_sha256=shipped,
         )
         if not approved.exists():
-            problems.append(f"{key}: shipped {shipped} with no consumed approval binding it")
+            problems.append(
+                f"{operation.idempotency_key}: shipped {shipped} with no consumed approval "
+                "binding it"
+            )
     return problems

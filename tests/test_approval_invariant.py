@@ -410,3 +410,37 @@ def test_the_run_page_says_which_approval_lets_the_run_pass_and_why_not(run, bob
     decide(request, carol)
     shown = page.get(f"/runs/{run.pk}/").text
     assert f'Approval request <span class="mono">{request.pk}</span> lets the run leave' in shown
+
+
+def test_four_eyes_follows_a_fork_back_to_whoever_started_its_source(
+    gated, service, acme, alice, bob, carol, api_as
+):  # noqa: ANN001
+    """Found by the state machine: bob forks alice's run; the fork's request (raised in
+    bob's name) is still alice's work, through any number of forks."""
+    from runtime.services.forks import run_fork
+
+    source = _work(_worker_run(acme, alice))
+    fork = source
+    for _ in range(3):
+        fork = run_fork(
+            tenant=acme,
+            run_id=fork.pk,
+            from_sequence=1,
+            reason="again",
+            actor=Actor(user=bob),
+        ).run
+    fork = _work(fork)
+    request = ApprovalRequest.objects.get(run=fork, status=ApprovalStatus.PENDING)
+    assert request.requester == bob
+    body = {"decision": "approve", "artifact_sha256": request.artifact_sha256, "comment": "x"}
+    answer = api_as(alice, acme).post(
+        f"/api/v1/approvals/{request.pk}/decision", body, format="json"
+    )
+    assert (answer.status_code, answer.json()["code"]) == (409, "self_approval_forbidden")
+    assert "forked from" in answer.json()["detail"]
+    queue = api_as(alice, acme).get("/api/v1/approvals?status=pending").json()["results"]
+    assert str(request.pk) not in [r["id"] for r in queue]
+    approved = api_as(carol, acme).post(
+        f"/api/v1/approvals/{request.pk}/decision", body, format="json"
+    )
+    assert approved.status_code == 200, approved.json()

@@ -248,6 +248,19 @@ def build_machine(world: dict) -> type[RuleBasedStateMachine]:
             )
             Run.objects.filter(pk=run).update(status=status, lease_owner="")
 
+        def teardown(self) -> None:
+            """End this example's runs, so the sweeps of the next examples (which see every
+            run of the database) are not handed this one's."""
+            Run.objects.filter(pk__in=self.mine).update(
+                status=RunStatus.CANCELLED, lease_owner="", lease_expires_at=None
+            )
+            OutboxMessage.objects.filter(run_id__in=self.mine, sent_at__isnull=True).update(
+                sent_at=timezone.now()
+            )
+            ApprovalRequest.objects.filter(run_id__in=self.mine, status__in=LIVE_STATUSES).update(
+                status=ApprovalStatus.CLOSED
+            )
+
         # --- after every step ---------------------------------------------------------
         @invariant()
         def nothing_ships_without_a_consumed_approval_of_it(self) -> None:

@@ -3,9 +3,9 @@ definition: one rule set for Cairn's own workers and for runners in any language
 
 ``commit_rules_check`` is called by ``checkpoint_commit`` after the run is read and the
 envelope is built, before anything is written. It reads nothing the commit has not read
-already, except the run's approval requests when (and only when) the commit leaves an
+already, except the run's approval requests when (and only when) the commit passes an
 approval state, and writes nothing. A refusal raises, and nothing is written. When the
-commit leaves under an approved request, ``commit_approval_consume`` consumes it inside
+commit passes under an approved request, ``commit_approval_consume`` consumes it inside
 the commit's transaction, so it is used if and only if the run moves. Both approval steps
 are the approvals app's, asked through the store's approvals port
 (``checkpoints.approvals_port``): approvals sit above the store.
