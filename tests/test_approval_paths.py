@@ -2,7 +2,8 @@
 
 One table names the paths: Cairn's worker, a runner's commit over HTTP, a commit from code
 (the LangGraph store's way in), the operator actions (resume, retry, fork, grant, cancel
-then resume), the decisions (approve, reject), the rescue sweep and the expiry sweep. Each is
+then resume), the decisions (approve, reject), the rescue sweep, a runner's effect over
+HTTP and the expiry sweep. Each is
 tried on a worker run of ``gated_publish`` waiting at its approval state ``review`` (or, for
 the actions that take a run on, on a run whose history crossed ``review`` unapproved, as
 older Cairn let it). After each: no checkpoint entered the states past ``review`` without
@@ -23,7 +24,7 @@ from rest_framework.test import APIClient
 from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.services.expiry import approval_expire_due
 from cairn.errors import ApprovalRequired, CairnError
-from checkpoints.models import Checkpoint, OutboxMessage, Run, RunStatus
+from checkpoints.models import Checkpoint, ExternalOperation, OutboxMessage, Run, RunStatus
 from checkpoints.services.checkpoints import checkpoint_commit, run_verify
 from checkpoints.services.reads import checkpoint_envelope
 from runtime.executor import run_advance
@@ -192,6 +193,21 @@ def rescue(w: World) -> None:
     assert w.run.status == RunStatus.FAILED and "approv" in w.run.status_reason
 
 
+def runner_effect(w: World) -> None:
+    """A runner reserving an effect over HTTP on a history that crossed review unapproved:
+    refused before anything is sent, like a worker's."""
+    w.cross_unapproved(status=RunStatus.RUNNING)
+    body = {
+        "idempotency_key": f"runner-{w.run.pk}",
+        "action": "publish",
+        "target": "gated/by-hand",
+        "request_fingerprint": "f" * 64,
+    }
+    answer = w.answer("operations", body)
+    assert (answer.status_code, answer.json()["code"]) == (409, "approval_required")
+    assert not ExternalOperation.objects.filter(run=w.run).exists()
+
+
 def expiry(w: World) -> None:
     request = w.pending()
     ApprovalRequest.objects.filter(pk=request.pk).update(
@@ -214,9 +230,10 @@ PATHS: dict[str, Callable[[World], None]] = {
     "approve": approve,
     "reject": reject,
     "rescue": rescue,
+    "runner_effect": runner_effect,
     "expiry": expiry,
 }
-CROSSED_BY_HAND = {"resume", "retry", "fork", "grant", "rescue"}
+CROSSED_BY_HAND = {"resume", "retry", "fork", "grant", "rescue", "runner_effect"}
 
 
 @pytest.mark.parametrize("path", PATHS)
