@@ -147,11 +147,15 @@ def run_approval_passage(run: Run) -> Passage:
         .order_by("sequence")
         .values_list("id", "sequence", "state", "sha256", "parent_sha256")
     )
+    terminal = set(definition.get("terminal") or ())
     links: list[ChainLink] = []
     previous_state: str | None = None
     for pk, sequence, state, sha256, parent_sha256 in rows:
+        # Only a checkpoint that enters a stretch (from outside it, or from an end) may
+        # cross an approval state: only its evidence is read.
         entering = any(
-            state in stretch and previous_state not in stretch for stretch in behind.values()
+            state in stretch and (previous_state not in stretch or previous_state in terminal)
+            for stretch in behind.values()
         )
         artifacts = None
         if entering:
