@@ -19,8 +19,12 @@ from api.parsers import read_limited
 from checkpoints.models import Checkpoint, RunStatus
 from checkpoints.selectors import runs_for_tenant
 from checkpoints.services.artifacts import artifact_get, artifact_read, artifact_store
-from checkpoints.services.checkpoints import checkpoint_commit, checkpoint_read, run_verify
-from checkpoints.services.integrity import checkpoints_columns_verify, run_head_verify
+from checkpoints.services.checkpoints import (
+    checkpoint_commit_by_runner,
+    checkpoint_read,
+    run_verify,
+)
+from checkpoints.services.integrity import checkpoints_columns_verify
 from checkpoints.services.reads import run_get
 from checkpoints.services.workflows import workflow_register, workflows_visible
 from runtime.services.leases import lease_acquire, lease_release
@@ -176,8 +180,10 @@ class CheckpointListView(CairnAPIView):
         summary="Commit the next checkpoint",
         description="Checked against the run's workflow definition for every writer; a "
         "refusal writes nothing. 409: concurrent_checkpoint_write, run_not_active, "
-        "lease_held, integrity_failure, budget_exhausted (usage over a limit), "
-        "approval_required (leaving an approval state without a granted approval), "
+        "lease_held (another holds the lease; or a worker run, whose checkpoints only the "
+        "holder of its lease writes), integrity_failure, budget_exhausted (usage over a "
+        "limit), approval_required (entering a state past an approval state without a "
+        "granted approval of its declared action, whatever the status), "
         "approval_stale, approval_expired, approval_closed, artifact_hash_mismatch. "
         "422: illegal_transition (an undeclared move; succeeded outside a terminal state; a "
         "terminal state that does not end the run), invalid_envelope, secret_in_envelope, "
@@ -185,9 +191,7 @@ class CheckpointListView(CairnAPIView):
     )
     def post(self, request: Request, run_id: str) -> Response:
         data = self.parsed(s.CheckpointCommitSerializer)
-        # The next checkpoint follows the sealed head, never a position forged in the row.
-        run_head_verify(tenant=self.tenant, run_id=run_id)
-        result = checkpoint_commit(
+        result = checkpoint_commit_by_runner(
             tenant=self.tenant,
             run_id=run_id,
             expected_version=data["expected_version"],
@@ -272,6 +276,7 @@ class ArtifactCreateView(CairnAPIView):
             data=data,
             media_type=request.content_type.split(";")[0].strip() or "application/octet-stream",
             kind=request.headers.get("X-Artifact-Kind", "other"),
+            uploaded_by=self.actor.user,
         )
         return Response(s.ArtifactSerializer(artifact).data, status=201 if created else 200)
 

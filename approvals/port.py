@@ -13,16 +13,12 @@ from uuid import UUID
 
 from django.db.models import QuerySet
 
-from approvals.models import ApprovalStatus
-from approvals.selectors import (
-    DECIDED_STATUSES,
-    approved_request_for_version,
-    request_awaited,
-    runs_with_unused_decision,
-)
+from approvals.models import ApprovalRequest, ApprovalStatus
+from approvals.selectors import runs_with_unused_decision
 from approvals.services import approval_gate
 from approvals.services.closing import approval_requests_close
 from approvals.services.gate import approval_commit_check, approval_consume
+from approvals.services.standing import ApprovalAsk, approval_standing
 from cairn.errors import ArtifactHashMismatch
 from checkpoints.approvals_port import (
     ApprovalOutcome,
@@ -30,8 +26,10 @@ from checkpoints.approvals_port import (
     ApprovalUse,
     AwaitedApproval,
     CommitRun,
+    ConsumedApproval,
 )
 from checkpoints.models import Run
+from checkpoints.services.workflows import approval_action
 from tenants.services import Actor
 
 log = logging.getLogger("cairn.approvals")
@@ -63,10 +61,12 @@ def restore_approval_outcome(
             f"the approval state '{spec.state}' has no artifact "
             f"'{spec.artifact or 'draft'}' in the run's evidence to review"
         )
+    # The action the stored definition declares: the one the commit will hold the move to.
+    action = approval_action(run.workflow.definition, spec.state)
     try:
         verdict = approval_gate(
             run=run,
-            action=spec.action,
+            action=action,
             artifact_id=ref["id"],
             artifact_sha256=ref["sha256"],
             actor=Actor.system(GATE_ACTOR),
@@ -84,8 +84,7 @@ def restore_approval_outcome(
         validator = {
             "name": "approval",
             "passed": True,
-            "detail": f"'{spec.action}' approved by {approvers} for sha256 "
-            f"{request.artifact_sha256}",
+            "detail": f"'{action}' approved by {approvers} for sha256 {request.artifact_sha256}",
         }
         return ApprovalOutcome("approved", evidence={"control": control, "validators": [validator]})
     if verdict.outcome == "rejected":
@@ -100,9 +99,17 @@ class ApprovalsApp:
     """The approvals app as the lower layers see it (``checkpoints.approvals_port``)."""
 
     def commit_approval_check(
-        self, *, run: CommitRun, state: str, evidence: dict[str, Any], control: dict[str, Any]
+        self,
+        *,
+        run: CommitRun,
+        action: str,
+        state: str,
+        evidence: dict[str, Any],
+        control: dict[str, Any],
     ) -> ApprovalUse | None:
-        return approval_commit_check(run=run, state=state, evidence=evidence, control=control)
+        return approval_commit_check(
+            run=run, action=action, state=state, evidence=evidence, control=control
+        )
 
     def commit_approval_consume(self, *, use: ApprovalUse, run: CommitRun, actor: Actor) -> None:
         approval_consume(
@@ -131,21 +138,49 @@ class ApprovalsApp:
         )
 
     def approved_request_id(self, *, run: Run) -> UUID | None:
-        approved = approved_request_for_version(run)
-        return approved.pk if approved is not None else None
+        ask = ApprovalAsk(
+            run_id=run.pk,
+            version=run.version,
+            action=approval_action(run.workflow.definition, run.state),
+        )
+        standing = approval_standing(ask=ask)
+        return standing.request.pk if standing.verdict == "approved" else None
+
+    def approvals_consumed(self, *, run_id: UUID) -> list[ConsumedApproval]:
+        rows = ApprovalRequest.objects.filter(
+            run_id=run_id, status=ApprovalStatus.CONSUMED
+        ).order_by("consumed_at", "pk")
+        return [
+            ConsumedApproval(
+                request_id=row.pk,
+                action=row.action,
+                artifact_sha256=row.artifact_sha256,
+                checkpoint_sequence=row.checkpoint_sequence,
+                checkpoint_sha256=row.checkpoint_sha256,
+            )
+            for row in rows
+        ]
 
     def runs_with_unused_decision(self, *, runs: QuerySet[Run]) -> QuerySet[Run]:
         return runs_with_unused_decision(runs)
 
     def approval_awaited(self, *, run: Run) -> AwaitedApproval | None:
-        request = request_awaited(run)
-        if request is None:
+        standing = approval_standing(
+            ask=ApprovalAsk(
+                run_id=run.pk,
+                version=run.version,
+                action=approval_action(run.workflow.definition, run.state),
+            )
+        )
+        request = standing.request
+        if request is None or request.run_version != run.version:
             return None
         return AwaitedApproval(
             request_id=request.pk,
-            status=request.status,
+            # A pending request past its expiry is expired, whether or not the sweep marked it.
+            status="expired" if standing.verdict == "expired" else request.status,
             expires_at=request.expires_at,
-            decided=request.status in DECIDED_STATUSES,
+            decided=standing.verdict in ("approved", "used", "rejected"),
         )
 
 

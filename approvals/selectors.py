@@ -8,9 +8,12 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Exists, F, OuterRef, QuerySet
 from django.utils import timezone
 
+from approvals.four_eyes import four_eyes_involved
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
+from approvals.services.standing import ApprovalAsk, ApprovalStanding, approval_standing
 from cairn.errors import NotFound
 from checkpoints.models import ACTIVE_STATUSES, Run, RunStatus
+from checkpoints.services.workflows import approval_action
 from tenants.models import Tenant
 from tenants.selectors import review_scope
 
@@ -32,16 +35,18 @@ def review_queue(*, tenant: Tenant, user: AbstractBaseUser) -> QuerySet:
     """Pending, unexpired requests ``user`` may decide, most urgent first.
 
     Empty for a user without the review role; only the granted runs for a holder of run
-    grants. Leaves out the user's own requests and those the user has already decided (a
-    request needing several approvals stays pending). A request whose run moved past the
-    bound version, or ended, is left out too: deciding it would only be refused as stale.
+    grants. Leaves out the requests the user may not decide by the four-eyes rule (they
+    started the run, asked, or uploaded or committed the artifact) and those the user has
+    already decided (a request needing several approvals stays pending). A request whose
+    run moved past the bound version, or ended, is left out too: deciding it would only be
+    refused as stale.
     """
     decided = ApprovalDecision.objects.filter(request=OuterRef("pk"), approver=user)
     return (
         requests_for_tenant(tenant, status=ApprovalStatus.PENDING, user=user)
         .filter(expires_at__gt=timezone.now())
         .filter(run__version=F("run_version"), run__status__in=OPEN_RUN_STATUSES)
-        .exclude(requester=user)
+        .exclude(four_eyes_involved(user))
         .exclude(Exists(decided))
         .order_by("expires_at", "id")
     )
@@ -95,19 +100,22 @@ def decisions_of(*, tenant: Tenant, user: AbstractBaseUser) -> QuerySet:
     )
 
 
-def approved_request_for_version(run: Run) -> ApprovalRequest | None:
-    """The newest approved, unexpired request bound to the run's current version: the one a
-    runner may move past the approval state under (``GET /runs/{id}/next``)."""
-    return (
-        ApprovalRequest.objects.filter(
-            run=run,
-            status=ApprovalStatus.APPROVED,
-            run_version=run.version,
-            expires_at__gt=timezone.now(),
-        )
-        .order_by("-created_at")
-        .first()
+def approval_standing_for_run(*, run: Run, evidence: dict) -> ApprovalStanding | None:
+    """At an approval state, what ``approval_standing`` says of the run as it is (its
+    version, the action its approval state declares, the artifacts ``evidence`` names):
+    the request that lets it pass, or why none does. None at any other state. For the run
+    page; reads one query."""
+    definition = run.workflow.definition
+    if run.state not in (definition.get("approval_states") or ()):
+        return None
+    ask = ApprovalAsk(
+        run_id=run.pk,
+        version=run.version,
+        action=approval_action(definition, run.state),
+        artifact_sha256s={ref.get("sha256") for ref in evidence.get("artifacts") or []},
+        place=f"Leaving '{run.state}'",
     )
+    return approval_standing(ask=ask)
 
 
 # What counts as decided: a decision only the run's command has to carry out.
@@ -117,19 +125,10 @@ DECIDED_STATUSES = (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED, ApprovalSt
 def runs_with_unused_decision(runs: QuerySet) -> QuerySet:
     """``runs`` narrowed to those with a request bound to their current version that was
     decided (approved, rejected) or consumed by a gate whose commit never came: at their
-    approval state such a run waits for nothing but its command. A filter (``Exists``)."""
+    approval state such a run waits for nothing but its command. A filter (``Exists``) for
+    the rescue's sweep; which request counts is still ``approval_standing``'s to say when
+    the command runs."""
     decided = ApprovalRequest.objects.filter(
         run=OuterRef("pk"), run_version=OuterRef("version"), status__in=DECIDED_STATUSES
     )
     return runs.filter(Exists(decided))
-
-
-def request_awaited(run: Run) -> ApprovalRequest | None:
-    """The request a run at an approval state waits on: the newest bound to its current
-    version, superseded ones aside (the gate raises a new one for those), else None."""
-    return (
-        ApprovalRequest.objects.filter(run=run, run_version=run.version)
-        .exclude(status=ApprovalStatus.SUPERSEDED)
-        .order_by("-created_at", "-pk")
-        .first()
-    )

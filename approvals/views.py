@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals.forms import DecisionForm
+from approvals.four_eyes import four_eyes_refusal
 from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.rendering import decode_text, diff_lines, render_artifact, time_left
 from approvals.selectors import decisions_of, previous_request, request_get, review_queue
@@ -83,8 +84,9 @@ def _why_not(row: ApprovalRequest, user: object, expired: bool) -> str:
         RunStatus.RUNNING,
     ):
         return "The run moved on since this request was made; it can no longer be decided."
-    if row.requester_id is not None and row.requester_id == user.pk:
-        return "You asked for this approval, so someone else has to decide it."
+    involved = four_eyes_refusal(request=row, user=user)
+    if involved:
+        return f"{involved}."
     if any(d.approver_id == user.pk for d in row.decisions.all()):
         return "You already decided this request; decisions are final."
     return ""

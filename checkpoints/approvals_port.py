@@ -5,7 +5,8 @@ bound to a run's version and an artifact's hash, so the approvals app depends on
 both have to ask approvals something: the one-statement commit refuses to leave an approval
 state without a valid approval and consumes it in its own transaction; the worker's restore
 asks whether a run at an approval state may go on; operator actions close the requests a
-run can no longer use; a runner's next command names the approved request it may act on.
+run can no longer use; a runner's next command names the approved request it may act on;
+``verify`` holds a run's chain to the approvals it consumed.
 
 So the lower layers own the contract (``ApprovalsPort``, with the value types it speaks in)
 and the project wires the implementation: ``settings.CAIRN_APPROVALS_PORT`` names it by
@@ -59,6 +60,18 @@ class ApprovalUse:
 
 
 @dataclass(frozen=True)
+class ConsumedApproval:
+    """An approval a run consumed, as the chain check reads it: the checkpoint it was bound
+    to (the one the run left under it), its action and the artifact it approved."""
+
+    request_id: UUID
+    action: str
+    artifact_sha256: str
+    checkpoint_sequence: int
+    checkpoint_sha256: str
+
+
+@dataclass(frozen=True)
 class ApprovalOutcome:
     """``wait`` keeps the run in ``waiting_approval``; ``approved`` moves it to the approval
     spec's ``next`` state, ``rejected`` to its ``rejected`` state (or fails it). ``evidence``
@@ -88,14 +101,20 @@ class ApprovalsPort(Protocol):
     """Exactly what the layers below approvals need of it."""
 
     def commit_approval_check(
-        self, *, run: CommitRun, state: str, evidence: dict[str, Any], control: dict[str, Any]
+        self,
+        *,
+        run: CommitRun,
+        action: str,
+        state: str,
+        evidence: dict[str, Any],
+        control: dict[str, Any],
     ) -> ApprovalUse | None:
-        """A commit leaves the approval state ``run.state`` for ``state``: the approval
-        that allows it, bound to ``run.version`` and to an artifact ``evidence`` still
-        names (``control.approval_request_id`` names it, else the run's latest request).
-        Reads only. Returns the approved request the commit must consume, or None when the
-        worker's gate already consumed it for this version (the same one use). Raises
-        ApprovalRequired, ApprovalStale, ApprovalHashMismatch or ApprovalExpired."""
+        """A commit leaves the approval state ``run.state`` for ``state``: the approval of
+        ``action`` that allows it, bound to ``run.version`` and to an artifact ``evidence``
+        names (``control.approval_request_id`` names it, else the newest that counts).
+        Reads only. Returns the approved request the commit must consume, or None when it
+        was consumed for this version already (the same one use). Raises ApprovalRequired,
+        ApprovalStale, ApprovalHashMismatch, ApprovalExpired or ApprovalClosed."""
         ...
 
     def commit_approval_consume(self, *, use: ApprovalUse, run: CommitRun, actor: Actor) -> None:
@@ -109,8 +128,9 @@ class ApprovalsPort(Protocol):
     ) -> ApprovalOutcome:
         """The restore's gate at an approval state (the run leased, ``envelope`` its latest):
         may the run go on? Raises the request when there is none, re-evaluates expiry, and
-        answers approved only with a valid approval for the run's version, action and
-        artifact sha256, consumed once."""
+        answers approved only with a valid approval for the run's version, the action the
+        stored definition declares and the artifact sha256. The commit that moves the run on
+        consumes it (``commit_approval_check``/``commit_approval_consume``), once."""
         ...
 
     def approval_requests_close(
@@ -127,8 +147,14 @@ class ApprovalsPort(Protocol):
         ...
 
     def approved_request_id(self, *, run: Run) -> UUID | None:
-        """The approved, unexpired request bound to the run's current version that a runner
-        may move past the approval state under (the newest), else None. Reads only."""
+        """The approved, unexpired request bound to the run's current version and the action
+        its approval state declares, that a runner may move past the approval state under,
+        else None. Reads only."""
+        ...
+
+    def approvals_consumed(self, *, run_id: UUID) -> list[ConsumedApproval]:
+        """Every approval the run consumed, oldest first: what ``verify`` holds its chain
+        to. Reads only."""
         ...
 
     def runs_with_unused_decision(self, *, runs: QuerySet[Run]) -> QuerySet[Run]:
@@ -152,6 +178,7 @@ OPERATIONS = (
     "approved_request_id",
     "runs_with_unused_decision",
     "approval_awaited",
+    "approvals_consumed",
 )
 
 

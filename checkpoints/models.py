@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -246,6 +247,33 @@ class Artifact(models.Model):
 
     def __str__(self) -> str:
         return f"artifact {self.sha256[:12]} ({self.kind})"
+
+
+class ArtifactUpload(models.Model):
+    """Who uploaded an artifact's bytes (one row per person, whichever upload stored them).
+
+    Artifacts are content-addressed and shared per tenant, so the row's creator is not who
+    uploaded them: this is. The four-eyes rule reads it: whoever uploaded the artifact under
+    review may not approve it.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    artifact = models.ForeignKey(Artifact, on_delete=models.CASCADE, related_name="+")
+    uploaded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["artifact", "uploaded_by"], name="artifact_upload_once_per_person"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.artifact_id} uploaded by {self.uploaded_by_id}"
 
 
 class OperationStatus(models.TextChoices):

@@ -23,7 +23,7 @@ from typing import Any
 from django.db import transaction
 
 from cairn.errors import ConcurrentCheckpointWrite
-from checkpoints.models import Run
+from checkpoints.models import Run, RunStatus
 from checkpoints.services.checkpoints import checkpoint_commit
 from langgraph_store import payloads
 from langgraph_store.models import (
@@ -297,10 +297,11 @@ def thread_checkpoint_put(
             step=_step_name(ns, step),
             envelope=_groups(run, thread, outputs),
             actor=actor,
+            # An interrupt() waits for a person's answer, shown as waiting; it is no
+            # approval gate: the graph resumes with the answer (Command(resume=…)).
+            status=RunStatus.WAITING_APPROVAL if waiting else None,
             status_reason=_waiting_reason(checkpoint_id) if waiting else "",
             is_evidence=waiting,
-            # Leaving an interrupt: the graph was resumed with the person's answer.
-            answers_interrupt=not waiting,
         )
         row = row or LangGraphCheckpoint(
             tenant_id=tenant.pk, thread=thread, checkpoint_ns=ns, checkpoint_id=checkpoint_id
@@ -444,6 +445,7 @@ def thread_writes_put(
                 step=_step_name(ns, "interrupt"),
                 envelope=_groups(run, thread, outputs),
                 actor=actor,
+                status=RunStatus.WAITING_APPROVAL,
                 status_reason=_waiting_reason(checkpoint_id),
                 is_evidence=True,
             )

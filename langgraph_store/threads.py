@@ -35,8 +35,9 @@ DEFINITION = {
     "initial": RUNNING,
     "states": [RUNNING, INTERRUPTED],
     "transitions": [[RUNNING, INTERRUPTED], [INTERRUPTED, RUNNING]],
-    # An interrupt() waits for a person: the run shows as waiting_approval meanwhile.
-    "approval_states": [INTERRUPTED],
+    # An interrupt() waits for a person's answer (the run shows as waiting_approval, set by
+    # the store's commits), but it is no approval state: no Cairn approval gates the graph's
+    # resume, and no writer is exempt from the approval invariant.
 }
 
 

@@ -24,7 +24,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoints.services.workflows import definition_normalize
+from checkpoints.services.workflows import (
+    definition_normalize,
+    gate_of,
+    states_behind,
+    states_reachable,
+)
 
 StepFunction = Callable[..., Any]
 
@@ -71,13 +76,15 @@ class StepSpec:
 @dataclass(frozen=True)
 class ApprovalSpec:
     """A state where the run waits for a person. ``artifact`` names the evidence artifact
-    under review; ``next`` follows an approval, ``rejected`` a rejection."""
+    under review; ``next`` follows an approval, ``rejected`` a rejection. ``action`` is the
+    action an approval allows (None: the one the effect state after it performs); the
+    workflow's definition declares it, and the gate asks for exactly that action."""
 
     state: str
     next: str
     rejected: str | None
     artifact: str | None
-    action: str
+    action: str | None
 
 
 def _as_tuple(value: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -210,7 +217,7 @@ class Workflow:
         """A state where the run waits (status ``waiting_approval``) until a person decides."""
         self._claim(state)
         spec = ApprovalSpec(
-            state=state, next=next, rejected=rejected, artifact=artifact, action=action or next
+            state=state, next=next, rejected=rejected, artifact=artifact, action=action
         )
         self.approvals[state] = spec
         return spec
@@ -261,4 +268,37 @@ class Workflow:
             "effect_states": [s for s, spec in self.steps.items() if spec.effect_action],
             "steps": {state: spec.name for state, spec in self.steps.items()},
         }
+        if self.approvals:
+            raw["approvals"] = {
+                state: {"action": self._approval_action(raw, spec)}
+                for state, spec in self.approvals.items()
+            }
         return definition_normalize(raw)
+
+    def _approval_action(self, raw: dict[str, Any], spec: ApprovalSpec) -> str:
+        """The action an approval at ``spec.state`` allows: the one declared, else the one
+        its effect state performs (the first a run reaches from it). Every effect state past
+        it (reached only through it) must perform exactly that action: an approval of
+        ``publish`` never lets a step perform anything else."""
+        ahead = states_reachable(raw, spec.state, stop_at_approvals=True, leave=spec.state)
+        first = [
+            self.steps[s]
+            for s in self._order
+            if s in ahead and s in self.steps and self.steps[s].effect_action
+        ]
+        action = spec.action or (first[0].effect_action if first else spec.next)
+        past = states_behind(raw).get(spec.state, frozenset())
+        other = [
+            self.steps[s]
+            for s in self._order
+            if s in past
+            and s in self.steps
+            and self.steps[s].effect_action not in (None, action)
+            and gate_of(raw, s) == spec.state
+        ]
+        if other:
+            raise WorkflowDeclarationError(
+                f"{self}: an approval at '{spec.state}' allows '{action}', but the effect "
+                f"state '{other[0].state}' past it performs '{other[0].effect_action}'."
+            )
+        return action

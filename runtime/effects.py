@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from cairn.errors import IdempotencyKeyReused, RunNotActive
+from cairn.errors import ApprovalRequired, IdempotencyKeyReused, RunNotActive
 from cairn.faults import fault_point
 from checkpoints.models import ExternalOperation, OperationStatus
 from runtime.context import StepContext
@@ -288,6 +288,10 @@ def _reserve(
     except RunNotActive as exc:
         # Cancelled (or ended) while the step ran: its work is discarded, nothing was sent.
         raise LeaseLost(exc.detail)
+    except ApprovalRequired as exc:
+        # Past an approval state only the approved effect, on the approved artifact: the
+        # step fails with the sentence, nothing was sent.
+        raise PermanentStepError(exc.detail)
     if created:
         fault_point("effect.reserved")
     return operation

@@ -24,7 +24,8 @@ def approval_gate(*, run: Run, spec: ApprovalSpec, envelope: dict[str, Any]) -> 
     name: ``spec.artifact`` names the one under review). This is also where approval expiry
     is re-evaluated on every restore. The approvals app decides (through the approvals
     port): it raises the hash-bound request, and lets the run go on only with a valid
-    approval for the run's current version, action and artifact sha256, consumed once.
+    approval for the run's current version, the action the stored definition declares and
+    the artifact's sha256; the commit that moves the run past the state consumes it, once.
     """
     return approvals_port().restore_approval_outcome(run=run, spec=spec, envelope=envelope)
 

@@ -1,4 +1,4 @@
-"""What a test writer needs to leave an approval state the way every writer must (issue 15):
+"""What a test writer needs to leave an approval state the way every writer must (issues 15, 24):
 an approval request bound to the run's version, decided by a reviewer through the services.
 """
 
@@ -24,12 +24,16 @@ def _reviewer(run: Run):  # noqa: ANN202
 
 
 def leaves_approval(run: Run, state: str, status: str | None) -> bool:
-    definition = run.workflow.definition
-    return (
-        run.state in definition.get("approval_states", [])
-        and state != run.state
-        and status != "failed"
-    )
+    """Whether a commit of ``run`` into ``state`` passes an approval state, so needs a
+    granted approval, by the rule every writer is held to (issue 24: any status)."""
+    from cairn.errors import ApprovalRequired
+    from checkpoints.services.commit_rules import approval_to_pass
+
+    try:
+        gate = approval_to_pass(run, run.workflow.definition, state, status or "running")
+    except ApprovalRequired:
+        return False  # no approval lets this commit through; the test sees the refusal
+    return gate is not None
 
 
 def approved_evidence(run: Run, evidence: dict[str, Any] | None = None) -> dict[str, Any]:

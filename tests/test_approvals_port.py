@@ -79,6 +79,10 @@ class StubPort:
         self._record("approval_awaited", **kwargs)
         return None
 
+    def approvals_consumed(self, **kwargs: Any) -> list:
+        self._record("approvals_consumed", **kwargs)
+        return []
+
 
 STUB = StubPort()
 

@@ -23,6 +23,7 @@ from cairn.errors import (
     ApprovalClosed,
     ApprovalExpired,
     ApprovalHashMismatch,
+    ApprovalRequired,
     ApprovalStale,
     ArtifactHashMismatch,
     InvalidRequest,
@@ -279,7 +280,8 @@ def test_an_approval_is_consumed_once_for_its_version_action_and_hash(request_, 
         approval_consume(
             run=run, request_id=request_.pk, action="publish", artifact_sha256="e" * 64, actor=actor
         )
-    with pytest.raises(ApprovalStale):
+    # An approval of publish is no approval of another action (issue 24: approval_required).
+    with pytest.raises(ApprovalRequired):
         approval_consume(
             run=run, request_id=request_.pk, action="delete", artifact_sha256=sha, actor=actor
         )
@@ -328,7 +330,8 @@ def test_the_gate_raises_a_request_attributed_to_the_runs_starter(waiting, artif
     assert gate(waiting, artifact).request == verdict.request  # waiting raises nothing new
     decide(verdict.request, carol)
     approved = gate(waiting, artifact)
-    assert approved.proceed and approved.request.status == ApprovalStatus.CONSUMED
+    # The gate only answers: the commit that moves the run past review consumes it.
+    assert approved.proceed and approved.request.status == ApprovalStatus.APPROVED
 
 
 def test_a_draft_regenerated_after_approval_is_not_published_under_the_old_approval(

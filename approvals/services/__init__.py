@@ -16,8 +16,11 @@ from approvals.services.gate import (
     approval_gate,
 )
 from approvals.services.requests import approval_request_create
+from approvals.services.standing import ApprovalAsk, ApprovalStanding, approval_standing
 
 __all__ = [
+    "ApprovalAsk",
+    "ApprovalStanding",
     "GateVerdict",
     "approval_commit_check",
     "approval_consume",
@@ -25,6 +28,7 @@ __all__ = [
     "approval_expire_due",
     "approval_gate",
     "approval_request_create",
+    "approval_standing",
     "may_review",
     "run_starter",
 ]

@@ -10,6 +10,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from approvals import signals
+from approvals.four_eyes import four_eyes_refusal
 from approvals.models import (
     LIVE_STATUSES,
     ApprovalDecision,
@@ -75,8 +76,10 @@ def approval_decide(
     that an expired request is marked expired (and a fresh one raised): InvalidRequest (no
     user, bad decision), ReviewNotAllowed (no review role), NotFound (another tenant's
     request too), ApprovalExpired, ApprovalHashMismatch (409), ApprovalStale (the run moved
-    past the bound version, or a newer request replaced this one), SelfApprovalForbidden,
-    AlreadyDecided, ApprovalClosed (decided by others or used).
+    past the bound version, or a newer request replaced this one), SelfApprovalForbidden
+    (four eyes: the reviewer started the run, raised the request, or uploaded or committed
+    the artifact under review; ``approvals.four_eyes``), AlreadyDecided, ApprovalClosed
+    (decided by others or used).
     """
     if decision not in DecisionKind.values:
         raise InvalidRequest(
@@ -200,14 +203,9 @@ def _check_decidable(*, request: ApprovalRequest, user: AbstractBaseUser, artifa
                 f"{run.version}, now {run.status}); nothing was decided."
             ),
         )
-    if request.requester_id is not None and request.requester_id == user.pk:
-        raise _Refusal(
-            request,
-            SelfApprovalForbidden(
-                "You asked for this approval, so someone else has to decide it; "
-                "nothing was decided."
-            ),
-        )
+    involved = four_eyes_refusal(request=request, user=user)
+    if involved:
+        raise _Refusal(request, SelfApprovalForbidden(f"{involved}; nothing was decided."))
     if request.decisions.filter(approver=user).exists():
         raise _Refusal(
             request,

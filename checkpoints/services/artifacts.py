@@ -25,6 +25,7 @@ import uuid
 from uuid import UUID
 
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.base import File
 from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
@@ -37,7 +38,7 @@ from cairn.errors import (
     StorageUnavailable,
 )
 from checkpoints import artifact_sealing, crypto
-from checkpoints.models import Artifact, ArtifactKind
+from checkpoints.models import Artifact, ArtifactKind, ArtifactUpload
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record
 
@@ -124,15 +125,33 @@ def _object_delete_quietly(name: str) -> None:
 
 
 def artifact_store(
-    *, tenant: Tenant, data: bytes, media_type: str, kind: str = ArtifactKind.OTHER
+    *,
+    tenant: Tenant,
+    data: bytes,
+    media_type: str,
+    kind: str = ArtifactKind.OTHER,
+    uploaded_by: AbstractBaseUser | None = None,
 ) -> tuple[Artifact, bool]:
     """Store bytes once per tenant; return (artifact, created).
 
     The same bytes again return the existing artifact (created=False), also when two
     writers race. The file is written before the row, so a row never names missing content;
-    a crash between the two leaves only an orphan file that retention removes. Raises
+    a crash between the two leaves only an orphan file that retention removes.
+    ``uploaded_by`` (a person uploading over the API) is recorded either way
+    (``ArtifactUpload``): the four-eyes rule keeps them from approving these bytes. Raises
     InvalidRequest, PayloadTooLarge or StorageUnavailable (nothing stored).
     """
+    artifact, created = _artifact_store(tenant=tenant, data=data, media_type=media_type, kind=kind)
+    if uploaded_by is not None and uploaded_by.pk:
+        ArtifactUpload.objects.get_or_create(
+            tenant=tenant, artifact=artifact, uploaded_by=uploaded_by
+        )
+    return artifact, created
+
+
+def _artifact_store(
+    *, tenant: Tenant, data: bytes, media_type: str, kind: str
+) -> tuple[Artifact, bool]:
     if kind not in ArtifactKind.values:
         raise InvalidRequest(
             f"Unknown artifact kind '{kind}'; use one of {', '.join(ArtifactKind.values)}."

@@ -38,7 +38,7 @@ from cairn.errors import (
 )
 from checkpoints import crypto
 from checkpoints import envelope as env
-from checkpoints.approvals_port import ApprovalUse
+from checkpoints.approvals_port import ApprovalUse, approvals_port
 from checkpoints.models import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -299,7 +299,6 @@ def checkpoint_commit(
     continues: bool = False,
     consumed_outbox_id: int | None = None,
     charge_next_attempt: bool = False,
-    answers_interrupt: bool = False,
     release_lease: bool = False,
 ) -> CommitResult:
     """Commit the run's next checkpoint. All or nothing: on PostgreSQL one statement (one
@@ -313,13 +312,10 @@ def checkpoint_commit(
     statement). A stale head costs a re-read, never a wrong write: the statement writes only
     when the run is still at that head.
 
-    ``answers_interrupt`` is only for the LangGraph store: a thread leaves its
-    ``interrupted`` state when the application resumes the graph with the person's answer
-    (``Command(resume=…)``), which is the decision; no approval request exists for it.
-
     ``operator_override`` is only for recorded operator actions (``run_retry``, which writes
     its audit event in the same transaction): the move may go to any state of the workflow,
-    also backwards, and a failed run may be reopened. Everything else is checked as usual.
+    also backwards, and a failed run may be reopened. Everything else is checked as usual,
+    the approval invariant included (``commit_rules``).
 
     For a worker that goes on with the run in its own loop: ``continues`` writes the
     ``run.resume`` of a commit that leaves the run running (or at an approval) already
@@ -370,7 +366,6 @@ def checkpoint_commit(
         continues=continues,
         consumed_outbox_id=consumed_outbox_id,
         charge_next_attempt=charge_next_attempt,
-        answers_interrupt=answers_interrupt,
         release_lease=release_lease,
     )
     known = head if head is not None and str(head.id) == str(run_id) else None
@@ -452,6 +447,60 @@ def checkpoint_commit(
     )
 
 
+def checkpoint_commit_by_runner(
+    *,
+    tenant: Tenant,
+    run_id: UUID | str,
+    expected_version: int,
+    state: str,
+    step: str,
+    envelope: dict[str, Any],
+    actor: Actor,
+    status: str | None = None,
+    status_reason: str = "",
+    lease_owner: str | None = None,
+    code_version: str = "",
+) -> CommitResult:
+    """A runner's commit over HTTP (``POST /runs/{id}/checkpoints``): ``checkpoint_commit``,
+    after two checks on the run as it is. The next checkpoint follows the sealed head, never
+    a position forged in the row (``run_head_verify``: IntegrityFailure). And a run Cairn's
+    workers execute (``execution: worker``) takes checkpoints only from the holder of its
+    lease, named as ``lease_owner``: anyone else is refused with LeaseHeld, so an API
+    caller cannot write a worker run's history behind its worker's back. Raises what
+    ``checkpoint_commit`` raises; a refusal writes nothing."""
+    from checkpoints.services.integrity import run_head_verify
+
+    run = run_head_verify(tenant=tenant, run_id=run_id)
+    if run.execution == Execution.WORKER and not (
+        lease_owner and run.lease_owner == lease_owner and run.lease_held()
+    ):
+        holder = (
+            f"{run.lease_owner} holds its lease until {run.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC"
+            if run.lease_held()
+            else "nobody holds its lease now"
+        )
+        raise LeaseHeld(
+            f"Run {run.pk} is executed by Cairn's workers (execution: worker) and {holder}: "
+            "only the holder of its lease writes its checkpoints. Take the lease (POST "
+            f"/runs/{run.pk}/lease) and name it as lease_owner, or use the run's operator "
+            "actions. Nothing was written.",
+            fields={"lease_owner": "must hold the run's lease"},
+        )
+    return checkpoint_commit(
+        tenant=tenant,
+        run_id=run_id,
+        expected_version=expected_version,
+        state=state,
+        step=step,
+        envelope=envelope,
+        status=status,
+        status_reason=status_reason,
+        lease_owner=lease_owner,
+        code_version=code_version,
+        actor=actor,
+    )
+
+
 @dataclass
 class _CommitRequest:
     expected_version: int
@@ -470,7 +519,6 @@ class _CommitRequest:
     continues: bool
     consumed_outbox_id: int | None
     charge_next_attempt: bool
-    answers_interrupt: bool = False
     release_lease: bool = False
     outbox_dispatch: bool = False
     # Set by the plan when the commit leaves an approval state under an approved request.
@@ -569,8 +617,11 @@ def _commit_plan(
         budgets=full["budgets"],
         evidence=full["evidence"],
         control=full["control"],
-        operator_override=operator_override or request.answers_interrupt,
+        operator_override=operator_override,
     )
+    # A move out of an approval state (past it, back, or to an end) is transition evidence:
+    # retention keeps it, so verify can always hold the chain to the approval it consumed.
+    leaves_approval = state != run.state and run.state in run.definition.get("approval_states", ())
     used = {k: full["budgets"][k] for k in BUDGET_USED_KEYS}
     lease_seconds = None  # renewed by the statement, on the database's clock
     if request.charge_next_attempt and new_status == RunStatus.RUNNING:
@@ -615,7 +666,7 @@ def _commit_plan(
         sha256=prepared.sha256,
         parent_sha256=identity["parent_sha256"],
         actor=request.actor.name[:200],
-        is_evidence=request.is_evidence,
+        is_evidence=request.is_evidence or leaves_approval,
         outbox_kind=kind,
         outbox_payload={"run_id": str(run.id), "expected_version": expected_version + 1},
         outbox_available_at=request.next_eligible_at,
@@ -746,9 +797,13 @@ def checkpoint_read(
 
 
 def run_verify(*, tenant: Tenant, run_id: UUID | str) -> dict[str, Any]:
-    """Re-check the hash chain and every referenced artifact. Reads only; never raises on
-    damage: each problem is reported as a sentence. A gap that retention's compaction
-    records explain, with hashes that link, is reported under ``compacted``, not a problem."""
+    """Re-check the hash chain, every referenced artifact and the approval invariant (each
+    checkpoint that enters the stretch past an approval state consumed an approval of its
+    declared action, bound to the checkpoint it left, for an artifact it names:
+    ``approval_chain``). Reads only; never raises on damage: each problem is reported as a
+    sentence naming the checkpoint. A gap that retention's compaction records explain, with
+    hashes that link, is reported under ``compacted``, not a problem."""
+    from checkpoints.services.approval_chain import ChainLink, approval_passage, artifact_names
     from checkpoints.services.artifacts import artifact_content
     from checkpoints.services.compaction import compaction_index
     from checkpoints.services.integrity import checkpoint_columns_problem, run_head_problem
@@ -760,6 +815,7 @@ def run_verify(*, tenant: Tenant, run_id: UUID | str) -> dict[str, Any]:
     previous: Checkpoint | None = None
     checked_artifacts: set[str] = set()
     last_envelope: dict[str, Any] | None = None
+    links: list[ChainLink] = []
     checkpoints = Checkpoint.objects.filter(run=run).order_by("sequence").iterator(chunk_size=500)
     count = 0
     for checkpoint in checkpoints:
@@ -780,12 +836,17 @@ def run_verify(*, tenant: Tenant, run_id: UUID | str) -> dict[str, Any]:
                 f"{where} names parent hash {checkpoint.parent_sha256[:12]}, "
                 f"but checkpoint {previous.sequence} hashes to {previous.sha256[:12]}"
             )
+        link = ChainLink(
+            checkpoint.sequence, checkpoint.state, checkpoint.sha256, checkpoint.parent_sha256
+        )
         try:
             envelope = checkpoint_envelope(checkpoint)
         except IntegrityFailure as exc:
             problems.append(f"{where}: {exc.detail}")
             previous, last_envelope = checkpoint, None
+            links.append(link)
             continue
+        links.append(replace(link, artifacts=artifact_names(envelope)))
         try:
             digest = env.sha256_of(envelope)
         except InvalidEnvelope:
@@ -838,6 +899,14 @@ def run_verify(*, tenant: Tenant, run_id: UUID | str) -> dict[str, Any]:
         head = run_head_problem(run, last_envelope)
         if head:
             problems.append(head)
+    if run.workflow.definition.get("approval_states"):
+        passage = approval_passage(
+            definition=run.workflow.definition,
+            links=links,
+            consumed=approvals_port().approvals_consumed(run_id=run.pk),
+            ended_well=run.status == RunStatus.SUCCEEDED,
+        )
+        problems.extend(passage.problems)
     result = {"ok": not problems, "checkpoints": count, "problems": problems}
     if compacted:
         result["compacted"] = compacted

@@ -3,9 +3,9 @@ definition: one rule set for Cairn's own workers and for runners in any language
 
 ``commit_rules_check`` is called by ``checkpoint_commit`` after the run is read and the
 envelope is built, before anything is written. It reads nothing the commit has not read
-already, except the run's approval requests when (and only when) the commit leaves an
+already, except the run's approval requests when (and only when) the commit passes an
 approval state, and writes nothing. A refusal raises, and nothing is written. When the
-commit leaves under an approved request, ``commit_approval_consume`` consumes it inside
+commit passes under an approved request, ``commit_approval_consume`` consumes it inside
 the commit's transaction, so it is used if and only if the run moves. Both approval steps
 are the approvals app's, asked through the store's approvals port
 (``checkpoints.approvals_port``): approvals sit above the store.
@@ -19,17 +19,23 @@ The rules, in order:
    above what the run's limits allow, including every operator grant (``grant_budget``
    raises the limits, so granted budget is allowed). A commit that fails the run may
    record the usage that exhausted it.
-3. Leaving an approval state needs a valid approval: a request bound to the run's current
-   version for an artifact the committed evidence still names, approved and unexpired. It
-   is consumed here, once (409 ``approval_required``, ``approval_expired``,
-   ``approval_stale``, ``artifact_hash_mismatch``, ``approval_closed``). An approval the
-   worker's gate consumed for this same version counts (the same one use). A commit that
-   fails the run may leave without one (nothing runs after it; a rejection leaves so).
+3. The approval invariant: a run enters the stretch past an approval state (the states it
+   reaches only through it) only by leaving that approval state with a valid approval: a
+   request bound to the run's current version, of the action the approval state declares,
+   for an artifact the committed evidence names, approved and unexpired
+   (``approval_standing`` says which). It is consumed here, once, whatever the status the
+   commit sets (409 ``approval_required``, ``approval_expired``, ``approval_stale``,
+   ``artifact_hash_mismatch``, ``approval_closed``). An approval consumed for this same
+   version counts (the same one use). Without one, a commit may leave the approval state
+   only backwards (before it) or to end the run in a terminal state (``failed``: a
+   rejection ends there); nothing enters the stretch from anywhere else, and nothing goes
+   on from a terminal state into it. A run inside the stretch moves freely within it.
 
-Recorded operator actions (``operator_override``: retry) are exempt from rule 3: the
-operator's action is the decision. So is the LangGraph store's resume of an interrupted
-thread (``checkpoint_commit(answers_interrupt=True)``): the application's
-``Command(resume=…)`` carries the person's answer.
+The rules hold for every writer: workers, runners over HTTP, the LangGraph store and the
+recorded operator actions (``operator_override``, a retry, lifts only the declared-transition
+check). Runs are held to them inductively: each commit starts from a position an earlier
+commit was held to; ``approval_chain`` checks the whole chain for ``verify`` and before an
+effect or an operator action takes a run on, which catches history written any other way.
 """
 
 from __future__ import annotations
@@ -37,10 +43,11 @@ from __future__ import annotations
 from typing import Any, Protocol
 from uuid import UUID
 
-from cairn.errors import BudgetExhausted, IllegalTransition
+from cairn.errors import ApprovalRequired, BudgetExhausted, IllegalTransition
 from checkpoints.approvals_port import ApprovalUse, approvals_port
 from checkpoints.models import RunStatus
 from checkpoints.services.budgets import LIMIT_FOR_USED
+from checkpoints.services.workflows import approval_action, states_behind
 from tenants.services import Actor
 
 
@@ -97,6 +104,34 @@ def _check_budgets(run: RunFacts, budgets: dict[str, Any], status: str) -> None:
         )
 
 
+def approval_to_pass(
+    run: RunFacts, definition: dict[str, Any], state: str, status: str
+) -> str | None:
+    """The approval state a commit from ``run.state`` to ``state`` passes, whose approval it
+    must consume, or None when it passes none. Raises ApprovalRequired when it would enter
+    the stretch past an approval state any other way (rule 3). Reads nothing."""
+    if state == run.state:
+        return None
+    terminal = definition.get("terminal") or ()
+    for gate, stretch in states_behind(definition).items():
+        if state not in stretch:
+            continue
+        if run.state in stretch and run.state not in terminal:
+            continue  # already past it, moving within its stretch
+        if run.state == gate:
+            if state in terminal and status == RunStatus.FAILED:
+                continue  # ends the run there (a rejection): it goes on from nowhere
+            return gate
+        action = approval_action(definition, gate)
+        raise ApprovalRequired(
+            f"'{state}' lies past the approval state '{gate}': a run enters it only by "
+            f"leaving '{gate}' with a granted approval of '{action}', and the run is at "
+            f"'{run.state}'. Nothing was written.",
+            fields={"state": state},
+        )
+    return None
+
+
 def commit_rules_check(
     *,
     run: RunFacts,
@@ -112,17 +147,20 @@ def commit_rules_check(
     docstring), with the run as the commit read it (its state and version are the ones
     being left). Writes nothing. Raises IllegalTransition, BudgetExhausted,
     ApprovalRequired or an approval code. Returns the approval the commit must consume in
-    its transaction (``commit_approval_consume``) when it leaves an approval state under an
-    approved request, else None."""
+    its transaction (``commit_approval_consume``) when it passes an approval state, else
+    None (also when it was consumed for this version already)."""
     _check_status(run, definition, state, status, operator_override)
     _check_budgets(run, budgets, status)
-    leaves_approval = run.state in definition.get("approval_states", []) and state != run.state
-    # Giving up (failing the run) needs no approval: nothing runs after it.
-    if leaves_approval and not operator_override and status != RunStatus.FAILED:
-        return approvals_port().commit_approval_check(
-            run=run, state=state, evidence=evidence, control=control
-        )
-    return None
+    gate = approval_to_pass(run, definition, state, status)
+    if gate is None:
+        return None
+    return approvals_port().commit_approval_check(
+        run=run,
+        action=approval_action(definition, gate),
+        state=state,
+        evidence=evidence,
+        control=control,
+    )
 
 
 def commit_approval_consume(*, use: ApprovalUse, run: RunFacts, actor: Actor) -> None:

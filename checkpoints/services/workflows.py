@@ -21,6 +21,9 @@ from checkpoints.models import WorkflowDefinition
 from tenants.models import Tenant
 
 LIST_KEYS = ("states", "terminal", "approval_states", "effect_states")
+# What a definition declares for each approval state (``approvals``): the action an approval
+# there allows. What else an approval state declares belongs here too.
+APPROVAL_FIELDS = ("action",)
 
 
 def definition_normalize(raw: Any) -> dict[str, Any]:
@@ -63,6 +66,10 @@ def definition_normalize(raw: Any) -> dict[str, Any]:
             problems[key] = "a list of names among the states"
             value = []
         normal[key] = value
+    if normal["approval_states"]:
+        normal["approvals"] = _approvals_normalize(raw.get("approvals", {}), normal, problems)
+    elif raw.get("approvals"):
+        problems["approvals"] = "declares approval states the definition does not list"
     steps = raw.get("steps", {})
     if not isinstance(steps, dict) or not all(
         isinstance(k, str) and k in known and isinstance(v, str) for k, v in steps.items()
@@ -70,12 +77,122 @@ def definition_normalize(raw: Any) -> dict[str, Any]:
         problems["steps"] = "an object mapping state names to step names"
     elif steps:
         normal["steps"] = steps
-    unknown = set(raw) - {"initial", "states", "transitions", "steps", *LIST_KEYS}
+    unknown = set(raw) - {"initial", "states", "transitions", "steps", "approvals", *LIST_KEYS}
     if unknown:
         problems[sorted(unknown)[0]] = "is not a definition field"
     if problems:
         raise InvalidDefinition("The workflow definition is not valid.", fields=problems)
     return normal
+
+
+def _approvals_normalize(
+    raw: Any, normal: dict[str, Any], problems: dict[str, str]
+) -> dict[str, dict[str, str]]:
+    """Every approval state's declaration, in ``approval_states`` order; an approval state
+    that declares no action allows the one its effect state performs
+    (``approval_action_default``)."""
+    if not isinstance(raw, dict):
+        problems["approvals"] = 'an object mapping each approval state to {"action": …}'
+        raw = {}
+    stray = sorted(set(raw) - set(normal["approval_states"]))
+    if stray:
+        problems[f"approvals.{stray[0]}"] = "is not one of the approval_states"
+    declared: dict[str, dict[str, str]] = {}
+    # A default is derived from the graph, so only from a graph that is valid.
+    graph_valid = not problems
+    for state in normal["approval_states"]:
+        entry = raw.get(state, {})
+        if not isinstance(entry, dict) or set(entry) - set(APPROVAL_FIELDS):
+            problems[f"approvals.{state}"] = f"an object with the field(s) {APPROVAL_FIELDS}"
+            entry = {}
+        action = entry.get("action")
+        if action is None and graph_valid:
+            action = approval_action_default(normal, state)
+        if not isinstance(action, str) or not 0 < len(action.strip()) <= 100:
+            problems[f"approvals.{state}.action"] = "1-100 characters, e.g. publish"
+            continue
+        declared[state] = {"action": action.strip()}
+    return declared
+
+
+def approval_action_default(definition: dict[str, Any], state: str) -> str:
+    """The action an approval state allows when its definition names none: the one its
+    effect state performs (the first effect state a run reaches from it before any other
+    approval state; a declarative effect state performs the action named like it), else
+    the state an approval leads to."""
+    effects = set(definition.get("effect_states") or ())
+    ahead = states_reachable(definition, state, stop_at_approvals=True, leave=state)
+    found = [s for s in definition["states"] if s in effects and s in ahead and s != state]
+    if found:
+        return found[0]
+    successors = [t for s, t in definition["transitions"] if s == state and t != state]
+    return successors[0] if successors else state
+
+
+def approval_action(definition: dict[str, Any], state: str) -> str:
+    """The action an approval at ``state`` allows, as the definition declares it."""
+    declared = (definition.get("approvals") or {}).get(state) or {}
+    return declared.get("action") or approval_action_default(definition, state)
+
+
+def _successors(definition: dict[str, Any]) -> dict[str, list[str]]:
+    graph: dict[str, list[str]] = {s: [] for s in definition.get("states") or ()}
+    for source, target in definition.get("transitions") or ():
+        graph.setdefault(source, []).append(target)
+    return graph
+
+
+def states_reachable(
+    definition: dict[str, Any],
+    start: str,
+    *,
+    stop_at_approvals: bool = False,
+    leave: str | None = None,
+    avoid: str | None = None,
+) -> set[str]:
+    """The states reachable from ``start`` (itself included) along declared transitions.
+    With ``stop_at_approvals`` the walk enters approval states but never leaves one (except
+    ``leave``): what a run at ``start`` reaches without anyone's approval. ``avoid`` is a
+    state the walk never enters."""
+    graph = _successors(definition)
+    gates = set(definition.get("approval_states") or ()) - {leave}
+    seen, todo = {start}, [start]
+    while todo:
+        state = todo.pop()
+        if stop_at_approvals and state in gates:
+            continue
+        for target in graph.get(state, ()):
+            if target not in seen and target != avoid:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def states_behind(definition: dict[str, Any]) -> dict[str, frozenset[str]]:
+    """For each approval state, the states a run reaches only through it (from the
+    workflow's initial state, every path to them passes it): where a run is past it."""
+    initial = definition.get("initial") or (definition.get("states") or [""])[0]
+    everywhere = states_reachable(definition, initial)
+    return {
+        gate: frozenset(everywhere - states_reachable(definition, initial, avoid=gate) - {gate})
+        for gate in definition.get("approval_states") or ()
+    }
+
+
+def gate_of(definition: dict[str, Any], state: str) -> str | None:
+    """The nearest approval state ``state`` lies past (the last one a run passed to get
+    there), or None when it lies past none."""
+    behind = states_behind(definition)
+    around = [gate for gate, stretch in behind.items() if state in stretch]
+    for gate in around:
+        if all(gate == other or gate in behind[other] for other in around):
+            return gate
+    return around[-1] if around else None
+
+
+def gated_states(definition: dict[str, Any]) -> set[str]:
+    """States past an approval state: a run reaches them only through one."""
+    return set().union(*states_behind(definition).values())
 
 
 def definition_sha256(definition: dict[str, Any]) -> str:

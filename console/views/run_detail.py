@@ -51,6 +51,9 @@ def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
     evidence = (envelope or {}).get("evidence") or {}
     audit_events, audit_more = run_reads.audit_trail(run)
     approvals_for_run = run_reads.optional_selector("approvals.selectors", "approvals_for_run")
+    standing_for_run = run_reads.optional_selector(
+        "approvals.selectors", "approval_standing_for_run"
+    )
     context = {
         **_snapshot_context(run),
         "access": access,
@@ -69,6 +72,10 @@ def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
         "approvals_available": approvals_for_run is not None,
         "approvals": (
             list(approvals_for_run(tenant=access.tenant, run=run)) if approvals_for_run else []
+        ),
+        # At an approval state: the request that lets the run pass, or why none does.
+        "approval_standing": (
+            standing_for_run(run=run, evidence=evidence) if standing_for_run else None
         ),
         "audit_events": audit_events,
         "audit_more": audit_more,

@@ -42,7 +42,9 @@ from cairn.errors import (
 from checkpoints.approvals_port import AwaitedApproval, approvals_port
 from checkpoints.models import Execution, Run, RunStatus
 from checkpoints.services import outbox
+from checkpoints.services.approval_chain import gate_not_passed, run_approval_passage
 from checkpoints.services.budgets import BUDGET_LIMIT_MAX, budget_exhausted
+from checkpoints.services.workflows import approval_action, gated_states
 from telemetry.logs import transition_log
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record
@@ -164,62 +166,18 @@ def refuse_exhausted(run: Run, what: str) -> None:
 
 # --- approval gates -------------------------------------------------------------------------
 # An operator action moves a run to a checkpointed position; it must never move it past an
-# approval state it has not passed. Only the approval gate (``approvals.services.
-# approval_gate``, called by the worker at the approval state) lets a run continue there.
-def _successors(definition: dict[str, Any]) -> dict[str, list[str]]:
-    graph: dict[str, list[str]] = {s: [] for s in definition.get("states") or ()}
-    for source, target in definition.get("transitions") or ():
-        graph.setdefault(source, []).append(target)
-    return graph
-
-
-def states_reachable(
-    definition: dict[str, Any], start: str, *, stop_at_approvals: bool = False
-) -> set[str]:
-    """The states reachable from ``start`` (itself included). With ``stop_at_approvals``
-    the walk enters approval states but never leaves one: what a run at ``start`` may reach
-    without anyone's approval."""
-    graph = _successors(definition)
-    gates = set(definition.get("approval_states") or ())
-    seen, todo = {start}, [start]
-    while todo:
-        state = todo.pop()
-        if stop_at_approvals and state in gates:
-            continue
-        for target in graph.get(state, ()):
-            if target not in seen:
-                seen.add(target)
-                todo.append(target)
-    return seen
-
-
-def gate_in_the_way(definition: dict[str, Any], current: str, target: str) -> str | None:
-    """The approval state a jump from ``current`` to ``target`` would skip, or None.
-
-    Going back (``target`` lies before ``current`` and not also after it) and going forward
-    within the stretch that needs no approval are fine: the run meets its approval states
-    again on its own way. Anything else forward crosses an approval state.
-    """
-    if target in states_reachable(definition, current, stop_at_approvals=True):
+# approval state it has not passed. Only a commit that leaves the approval state with a
+# consumed approval does (checkpoints.services.commit_rules); the chain check
+# (checkpoints.services.approval_chain) says where a run legitimately is.
+def gate_not_passed_for(run: Run, target: str) -> str | None:
+    """The approval state an operator action may not take the run past to ``target``: one
+    ``target`` lies past that the run is not past at its current position (its chain has
+    not consumed that approval, or has gone back or ended since). None when there is none.
+    Reads the run's chain only when ``target`` lies past an approval state."""
+    definition = run.workflow.definition
+    if target not in gated_states(definition):
         return None
-    if current in states_reachable(definition, target) and target not in states_reachable(
-        definition, current
-    ):
-        return None
-    gates = definition.get("approval_states") or ()
-    free = states_reachable(definition, current, stop_at_approvals=True)
-    for gate in gates:
-        if gate in free and target in states_reachable(definition, gate):
-            return gate
-    return None
-
-
-def gated_states(definition: dict[str, Any]) -> set[str]:
-    """States a run can only reach through an approval state: past the approvals of a
-    workflow, seen from its initial state."""
-    initial = definition.get("initial") or (definition.get("states") or [""])[0]
-    free = states_reachable(definition, initial, stop_at_approvals=True)
-    return set(definition.get("states") or ()) - free
+    return gate_not_passed(definition, run_approval_passage(run), target)
 
 
 # --- resume ---------------------------------------------------------------------------------
@@ -265,6 +223,17 @@ def resume_check(run: Run) -> AwaitedApproval | None:
             f"The run ended in state {run.state}, a final state of its workflow: there is "
             "nothing left to resume. Retry a named step or fork the run instead."
         )
+    # A head past an approval state its history crossed without one (rows older Cairn
+    # wrote, or written by hand) can only end: a resume would take it into the effect.
+    gate = gate_not_passed_for(run, run.state)
+    if gate:
+        end = "it stays failed" if run.status == RunStatus.FAILED else "it can only end: cancel it"
+        raise ActionNotAllowed(
+            f"The run is at {run.state}, past the approval state {gate}, but its history "
+            f"crossed {gate} without a consumed approval of "
+            f"'{approval_action(run.workflow.definition, gate)}': a resume would take it on "
+            f"into what only an approval allows. Nothing was done; {end}."
+        )
     refuse_exhausted(run, "resumed")
     return None
 
@@ -290,8 +259,9 @@ def run_resume(
     the approval is bound to it, and the approval gate then moves the run on as decided.
 
     Raises NotFound, ConcurrentCheckpointWrite, RunNotActive (cancelled, succeeded,
-    cancelling), ActionNotAllowed (running, reconciling, waiting for a decision, or a failed
-    run whose latest checkpoint is in a terminal state) or BudgetExhausted.
+    cancelling), ActionNotAllowed (running, reconciling, waiting for a decision, a failed
+    run whose latest checkpoint is in a terminal state, or one past an approval state its
+    history crossed without a consumed approval) or BudgetExhausted.
     """
     reason = reason_clean(reason, required=False)
     with transaction.atomic():

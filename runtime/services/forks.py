@@ -37,13 +37,8 @@ from checkpoints.models import (
 from checkpoints.services import outbox
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS
 from checkpoints.services.reads import checkpoint_envelope, run_get
-from runtime.services.actions import (
-    gated_states,
-    reason_clean,
-    run_reload,
-    states_reachable,
-    version_check,
-)
+from checkpoints.services.workflows import gated_states, states_behind
+from runtime.services.actions import reason_clean, run_reload, version_check
 from runtime.services.runs import genesis
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record
@@ -145,14 +140,11 @@ def fork_gate_refusal(source: Run, state: str) -> str:
     run: an approval the source run used (consumed once, for the source's version) is not
     its approval, so it may not start past an approval state; from the approval state or
     earlier it asks for its own."""
-    definition = source.workflow.definition
-    if state not in gated_states(definition):
-        return ""
     gates = [
-        g
-        for g in definition.get("approval_states") or ()
-        if state in states_reachable(definition, g)
+        g for g, stretch in states_behind(source.workflow.definition).items() if state in stretch
     ]
+    if not gates:
+        return ""
     return (
         f"is at state {state}, past the approval state {', '.join(gates) or 'of the workflow'}: "
         "a fork is a new run and the source's approval does not carry over, so it would "

@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from cairn.credentials import free_text_refuse, free_text_screen
 from cairn.errors import (
+    ApprovalRequired,
     IdempotencyKeyReused,
     InvalidRequest,
     NotFound,
@@ -37,6 +38,7 @@ from cairn.errors import (
 from checkpoints import crypto
 from checkpoints.envelope import canonical_json, find_secret
 from checkpoints.models import ExternalOperation, OperationStatus, Run, RunStatus
+from checkpoints.services.approval_chain import approval_effect_refusal
 from checkpoints.services.reads import run_get
 from runtime.services.actions import locked_run
 from runtime.services.cancel_finish import run_cancel_complete
@@ -172,8 +174,13 @@ def operation_reserve(
 
     Keys are unique per tenant: another tenant's keys are neither seen nor squatted.
 
+    At a state past an approval state a new operation must be the action the approval
+    allowed, on the artifact it approved, under an approval the run's history consumed
+    (``approval_effect_refusal``): else ApprovalRequired, and nothing is reserved.
+
     Raises NotFound, RunNotActive, InvalidRequest, SecretInEnvelope (a credential in the
-    request) or IdempotencyKeyReused (the key belongs to another request or run).
+    request), ApprovalRequired or IdempotencyKeyReused (the key belongs to another request
+    or run).
     """
     _check_text(
         {
@@ -211,6 +218,11 @@ def operation_reserve(
             raise RunNotActive(f"The run is {run.status}; it reserves no new operations.")
         if run.status == RunStatus.CANCELLING:
             raise RunNotActive("The run is being cancelled; it reserves no new operations.")
+        # Past an approval state an effect is the one the approval allowed, on the approved
+        # artifact, under an approval the run's history consumed (approval_chain).
+        refusal = approval_effect_refusal(run, action=action)
+        if refusal:
+            raise ApprovalRequired(refusal, fields={"action": action})
         operation = ExternalOperation(
             id=uuid.uuid4(),
             tenant=tenant,

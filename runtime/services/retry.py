@@ -17,9 +17,10 @@ from django.db import transaction
 from cairn.errors import ActionNotAllowed, UnknownStep
 from checkpoints.approvals_port import approvals_port
 from checkpoints.models import Checkpoint, Run, RunStatus
+from checkpoints.services.approval_chain import Passage, gate_not_passed, run_approval_passage
 from checkpoints.services.checkpoints import checkpoint_commit, latest_envelope
+from checkpoints.services.workflows import gated_states
 from runtime.services.actions import (
-    gate_in_the_way,
     locked_run,
     reason_clean,
     refuse_exhausted,
@@ -86,18 +87,29 @@ def states_reached(run: Run) -> set[str]:
     return reached
 
 
-def retry_refusal(run: Run, choice: StepChoice, reached: set[str] | None = None) -> str:
+def retry_refusal(
+    run: Run,
+    choice: StepChoice,
+    reached: set[str] | None = None,
+    passage: Passage | None = None,
+) -> str:
     """Why ``choice`` may not be retried on the run as it is, or "" when it may: only steps
-    the run has reached, and never a step past an approval state the run has not passed
-    (only the approval gate moves a run past it, with an approval of the artifact's
-    sha256). Reads the run's checkpoint states unless ``reached`` is given."""
+    the run has reached, and never a step past an approval state the run is not past at its
+    current position (only a commit that consumes an approval of the artifact under review
+    moves a run past it; ``approval_chain``). Reads the run's checkpoint states unless
+    ``reached`` is given, and its chain for a step past an approval state unless
+    ``passage`` is given."""
     reached = states_reached(run) if reached is None else reached
     if choice.state not in reached:
         return (
             f"The run has not reached step {choice.step} (state {choice.state}) yet; a retry "
             "runs again only a step the run has been at."
         )
-    gate = gate_in_the_way(run.workflow.definition, run.state, choice.state)
+    definition = run.workflow.definition
+    if choice.state not in gated_states(definition):
+        return ""
+    passage = run_approval_passage(run) if passage is None else passage
+    gate = gate_not_passed(definition, passage, choice.state)
     if gate:
         return (
             f"Step {choice.step} comes after the approval state {gate}, which the run has not "
@@ -111,7 +123,10 @@ def retry_refusal(run: Run, choice: StepChoice, reached: set[str] | None = None)
 def retry_choices(run: Run) -> list[StepChoice]:
     """The steps an operator may retry now, in the workflow's order (see ``retry_refusal``)."""
     reached = states_reached(run)
-    return [c for c in workflow_steps(run) if not retry_refusal(run, c, reached)]
+    steps = workflow_steps(run)
+    gated = gated_states(run.workflow.definition)
+    passage = run_approval_passage(run) if any(c.state in gated for c in steps) else None
+    return [c for c in steps if not retry_refusal(run, c, reached, passage)]
 
 
 def _resolve_step(run: Run, step: str) -> StepChoice:

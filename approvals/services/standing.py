@@ -1,0 +1,164 @@
+"""Which approval counts: the one place that decides whether a request lets a run pass an
+approval state, and says why not when none does.
+
+The commit that leaves an approval state, the worker's gate at it, a runner's next command,
+the console and the API all ask ``approval_standing``; consuming the approval
+(``approval_consume``) explains a refusal with the same ``request_judge``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+from uuid import UUID
+
+from django.db.models import Q
+from django.utils import timezone
+
+from approvals.models import LIVE_STATUSES, ApprovalRequest, ApprovalStatus
+from approvals.services._common import uuid_or_none
+from cairn.errors import (
+    ApprovalClosed,
+    ApprovalExpired,
+    ApprovalHashMismatch,
+    ApprovalRequired,
+    ApprovalStale,
+    CairnError,
+)
+
+# approved: it counts and the commit consumes it; used: it was consumed for this very run
+# version and artifact (a worker gate of an earlier Cairn consumed it, then its commit failed):
+# the same one use, it counts once more while the run has not moved. The rest say why not.
+Verdict = Literal["approved", "used", "pending", "rejected", "expired", "none"]
+
+
+@dataclass(frozen=True)
+class ApprovalStanding:
+    """The answer for one approval state at one run version: the request that counts, or
+    the request that explains why none does (None: the run has no request at all), and the
+    refusal to raise (None when it counts)."""
+
+    verdict: Verdict
+    request: ApprovalRequest | None
+    refusal: CairnError | None = None
+
+    @property
+    def counts(self) -> bool:
+        return self.verdict in ("approved", "used")
+
+
+@dataclass(frozen=True)
+class ApprovalAsk:
+    """What a move past an approval state needs: an approval for ``run_id`` at ``version``,
+    of ``action``, for an artifact with one of ``artifact_sha256s`` (None: any; the commit
+    checks its evidence). ``place`` names the move in sentences ("Leaving 'review' for
+    'publish'")."""
+
+    run_id: UUID | str
+    version: int
+    action: str
+    artifact_sha256s: Collection[str] | None = None
+    place: str = "Leaving the approval state"
+
+
+def request_judge(
+    request: ApprovalRequest, ask: ApprovalAsk, now: datetime
+) -> tuple[Verdict, CairnError | None]:
+    """One request against what the move needs: its verdict, and the refusal unless it
+    counts. Reads nothing."""
+    run = ask.run_id
+    if request.run_version != ask.version:
+        return "none", ApprovalStale(
+            f"Approval request {request.pk} is bound to run version {request.run_version}; "
+            f"the run is at version {ask.version}. Ask for a new approval."
+        )
+    if request.action != ask.action:
+        return "none", ApprovalRequired(
+            f"{ask.place} needs an approval of '{ask.action}'; approval request "
+            f"{request.pk} is for '{request.action}'. Ask for an approval of '{ask.action}'."
+        )
+    shas = ask.artifact_sha256s
+    if shas is not None and request.artifact_sha256 not in shas:
+        return "none", ApprovalHashMismatch(
+            f"Approval request {request.pk} approves the artifact with sha256 "
+            f"{request.artifact_sha256}, which the committed evidence no longer names."
+        )
+    lapsed = request.status in LIVE_STATUSES and request.expires_at <= now
+    if request.status == ApprovalStatus.EXPIRED or lapsed:
+        return "expired", ApprovalExpired(
+            f"Approval request {request.pk} expired at "
+            f"{request.expires_at:%Y-%m-%d %H:%M:%S} UTC; ask for a new one."
+        )
+    if request.status == ApprovalStatus.PENDING:
+        return "pending", ApprovalRequired(
+            f"{ask.place} needs a decision: approval request {request.pk} is still pending "
+            f"(GET /runs/{run}/next?wait=30 answers when it is decided)."
+        )
+    if request.status == ApprovalStatus.REJECTED:
+        return "rejected", ApprovalRequired(
+            f"{ask.place} is not allowed: approval request {request.pk} was rejected "
+            f"({request.status_reason or 'no reason given'}); the run can only fail."
+        )
+    if request.status == ApprovalStatus.APPROVED:
+        return "approved", None
+    if request.status == ApprovalStatus.CONSUMED:
+        return "used", None
+    return "none", ApprovalClosed(
+        f"Approval request {request.pk} is {request.status}; it cannot be used."
+    )
+
+
+def approval_standing(
+    *, ask: ApprovalAsk, request_id: UUID | str | None = None, now: datetime | None = None
+) -> ApprovalStanding:
+    """Which request lets the run pass now, and why not when none does.
+
+    ``request_id`` (a writer's ``control.approval_request_id``) names the one to judge;
+    otherwise the newest request of the run at ``ask.version`` that counts is chosen, and
+    when none counts the most telling one explains why (one for the action at this version,
+    else another at this version, else the run's newest). Reads one query (two when the
+    run has nothing at this version); writes nothing.
+    """
+    now = now or timezone.now()
+    named = uuid_or_none(request_id) if request_id else None
+    rows = ApprovalRequest.objects.filter(run_id=ask.run_id)
+    here = list(
+        rows.filter(Q(run_version=ask.version) | Q(pk=named)).order_by("-created_at", "-pk")
+    )
+    if request_id:
+        chosen = next((r for r in here if r.pk == named), None)
+        if chosen is None:
+            return ApprovalStanding(
+                "none",
+                None,
+                ApprovalRequired(
+                    f"{ask.place} needs an approval: approval request {request_id} does not "
+                    "exist for this run."
+                ),
+            )
+        verdict, refusal = request_judge(chosen, ask, now)
+        return ApprovalStanding(verdict, chosen, refusal)
+    judged = [(row, *request_judge(row, ask, now)) for row in here]
+    for row, verdict, refusal in judged:
+        if refusal is None:
+            return ApprovalStanding(verdict, row, None)
+    telling = [j for j in judged if j[0].action == ask.action] or judged
+    telling.sort(key=lambda j: j[0].status == ApprovalStatus.SUPERSEDED)
+    if telling:
+        row, verdict, refusal = telling[0]
+        return ApprovalStanding(verdict, row, refusal)
+    newest = rows.order_by("-created_at", "-pk").first()
+    if newest is not None:
+        verdict, refusal = request_judge(newest, ask, now)
+        return ApprovalStanding("none", newest, refusal)
+    return ApprovalStanding(
+        "none",
+        None,
+        ApprovalRequired(
+            f"{ask.place} needs an approval of '{ask.action}': ask for one (POST "
+            f"/runs/{ask.run_id}/approvals), wait for the decision (GET "
+            f"/runs/{ask.run_id}/next?wait=30), then commit."
+        ),
+    )
