@@ -506,7 +506,9 @@ class _Advance:
         # The move past an approval state records the decision it used: transition
         # evidence, which retention keeps.
         if outcome.decision == "approved":
-            fault_point("approval.consumed")  # the approval is used; the move is not in yet
+            # The gate found the approval; the commit below consumes it with the move, so a
+            # worker that dies here leaves it approved and unused for the next.
+            fault_point("approval.granted")
             return self.commit(state=spec.next, step=spec.state, groups=groups, is_evidence=True)
         reason = outcome.reason or "the reviewer rejected the request"
         groups["control"]["reason"] = reason

@@ -90,26 +90,29 @@ def test_an_approved_run_whose_command_the_broker_lost_is_queued_again(
     succeeded_once(run, publishing_service)
 
 
-def test_a_worker_killed_at_the_gate_after_the_approval_was_used_leaves_the_run_to_the_next(
+def test_a_worker_killed_at_the_gate_leaves_the_approval_unused_and_the_run_to_the_next(
     acme, bob, carol, api_as, worker_factory, publishing_service, tmp_path
 ):
     marker = tmp_path / "crashed"
     run = start_demo(acme, bob)
     doomed = worker_factory(
-        "doomed", env={CRASH_AT: "approval.consumed", CRASH_MARKER: str(marker)}
+        "doomed", env={CRASH_AT: "approval.granted", CRASH_MARKER: str(marker)}
     )
     request = pending_request(run)
     approve_over_the_api(api_as, carol, acme, request)
     wait_for(lambda: marker.exists() and not doomed.alive, what="the worker to die at the gate")
     request.refresh_from_db()
     run.refresh_from_db()
-    assert (request.status, run.status) == (ApprovalStatus.CONSUMED, RunStatus.WAITING_APPROVAL)
+    # Consumption is the commit's, in its transaction: the gate alone used nothing.
+    assert (request.status, run.status) == (ApprovalStatus.APPROVED, RunStatus.WAITING_APPROVAL)
     assert rescued(run) == 1
     worker_factory("w2")
     run = succeeded_once(run, publishing_service)
     assert run.restore_count == 1
     publish = Checkpoint.objects.get(run=run, step="request_approval")
     assert publish.state == "publish"  # moved on under the one approval, used once
+    request.refresh_from_db()
+    assert request.status == ApprovalStatus.CONSUMED
 
 
 def test_a_killed_workers_run_is_taken_over_long_before_its_lease_expires(
