@@ -125,9 +125,9 @@ DECIDED_STATUSES = (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED, ApprovalSt
 def runs_with_unused_decision(runs: QuerySet) -> QuerySet:
     """``runs`` narrowed to those with a request bound to their current version that was
     decided (approved, rejected) or consumed for this version by an older gate whose commit
-    never came: at their approval state such a run waits for nothing but its command. A filter (``Exists``) for
-    the rescue's sweep; which request counts is still ``approval_standing``'s to say when
-    the command runs."""
+    never came: at their approval state such a run waits for nothing but its command. A
+    filter (``Exists``) for the rescue's sweep; which request counts is still
+    ``approval_standing``'s to say when the command runs."""
     decided = ApprovalRequest.objects.filter(
         run=OuterRef("pk"), run_version=OuterRef("version"), status__in=DECIDED_STATUSES
     )

@@ -95,9 +95,7 @@ def test_a_worker_killed_at_the_gate_leaves_the_approval_unused_and_the_run_to_t
 ):
     marker = tmp_path / "crashed"
     run = start_demo(acme, bob)
-    doomed = worker_factory(
-        "doomed", env={CRASH_AT: "approval.granted", CRASH_MARKER: str(marker)}
-    )
+    doomed = worker_factory("doomed", env={CRASH_AT: "approval.granted", CRASH_MARKER: str(marker)})
     request = pending_request(run)
     approve_over_the_api(api_as, carol, acme, request)
     wait_for(lambda: marker.exists() and not doomed.alive, what="the worker to die at the gate")
