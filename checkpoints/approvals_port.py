@@ -161,7 +161,8 @@ class ApprovalsPort(Protocol):
         """``runs`` narrowed to those with a decision bound to their current version that no
         commit has acted on yet: a request approved, rejected, or consumed for this version by
         an older gate whose commit never came. Such a run needs only its command to go on
-        (the rescue, an operator's resume). A filter, not a read: one statement with the caller's."""
+        (the rescue, an operator's resume). A filter, not a read: one statement with the
+        caller's."""
         ...
 
     def approval_awaited(self, *, run: Run) -> AwaitedApproval | None:
