@@ -19,8 +19,8 @@ The fault points:
 - ``retention.batch``: inside each retention batch's transaction, just before it commits
   (the ``apply_retention`` command);
 - ``run.leased``: a worker has just taken a run's lease, before its restore;
-- ``approval.consumed``: the approval gate consumed the run's approval, before the commit
-  that moves the run past its approval state.
+- ``approval.granted``: the approval gate found the run's approval granted, before the
+  commit that consumes it and moves the run past its approval state.
 """
 
 from __future__ import annotations
