@@ -241,6 +241,15 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE
 CAIRN_ENCRYPTION_KEYS = env("CAIRN_ENCRYPTION_KEYS")
 CAIRN_KEY_FILE = Path(env("CAIRN_KEY_FILE", str(CAIRN_HOME / "encryption_keys")))
 
+# --- Signed evidence (approvals.signing) -------------------------------------------------
+# The deployment's Ed25519 private key (PEM) that signs evidence bundles. Unset, one is
+# generated on first use into CAIRN_HOME/evidence_signing_key.pem (never committed); set, the
+# file must exist (`python manage.py evidence_key --create` writes one) and is never made up.
+CAIRN_EVIDENCE_KEY_FILE = Path(
+    env("CAIRN_EVIDENCE_KEY_FILE", str(CAIRN_HOME / "evidence_signing_key.pem"))
+)
+CAIRN_EVIDENCE_KEY_GENERATE = not env("CAIRN_EVIDENCE_KEY_FILE")
+
 # --- Runtime -----------------------------------------------------------------------------
 CAIRN_LEASE_SECONDS = env_int("CAIRN_LEASE_SECONDS", 60)
 # Worker heartbeats (runtime.heartbeats): each worker process beats this often; one silent
