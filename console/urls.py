@@ -31,6 +31,9 @@ urlpatterns = [
         name="artifact_view",
     ),
     path(
+        "runs/<uuid:run_id>/evidence/", run_detail.evidence_download, name="evidence_download"
+    ),
+    path(
         "runs/<uuid:run_id>/checkpoints/<int:sequence>/",
         checkpoints.checkpoint_detail,
         name="checkpoint_detail",

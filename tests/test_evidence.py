@@ -361,3 +361,48 @@ def test_the_verifiers_module_imports_nothing_of_cairn():
     allowed = {"__future__", "argparse", "base64", "binascii", "hashlib", "json", "sys", "typing"}
     assert {name.split(".")[0] for name in imports} <= allowed | {"cryptography"}
     assert evidence_verify.FORMAT == "cairn-evidence/1"
+
+
+# --- the console ---------------------------------------------------------------------------
+def _console(user):  # noqa: ANN001, ANN202
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_the_run_page_offers_the_download_and_it_is_the_signed_bundle(published, bob):  # noqa: ANN001
+    from django.urls import reverse
+
+    client = _console(bob)
+    page = client.get(reverse("console:run_detail", args=[published.pk])).content.decode()
+    url = reverse("console:evidence_download", args=[published.pk])
+    assert f'href="{url}" class="button" id="run-evidence-download" download' in page
+    response = client.get(url)
+    assert response.status_code == 200
+    assert response["Content-Disposition"].startswith('attachment; filename="cairn-evidence-')
+    assert verify(response.content, public_key()) == []
+    event = AuditEvent.objects.get(action="evidence.export", run_id=published.id)
+    assert event.actor_label == "bob"
+
+
+def test_the_console_download_is_refused_to_a_reviewer_and_another_tenant(
+    published, carol, charlie
+):  # noqa: ANN001
+    from django.urls import reverse
+
+    url = reverse("console:evidence_download", args=[published.pk])
+    assert _console(carol).get(url).status_code == 403
+    assert _console(charlie).get(url).status_code == 404
+    assert not AuditEvent.objects.filter(action="evidence.export").exists()
+
+
+def test_the_console_download_without_a_key_says_why(published, bob, settings, tmp_path):  # noqa: ANN001
+    from django.urls import reverse
+
+    settings.CAIRN_EVIDENCE_KEY_FILE = tmp_path / "mounted" / "missing.pem"
+    settings.CAIRN_EVIDENCE_KEY_GENERATE = False
+    response = _console(bob).get(reverse("console:evidence_download", args=[published.pk]))
+    assert response.status_code == 503
+    assert b"evidence_key --create" in response.content
