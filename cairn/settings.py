@@ -316,7 +316,11 @@ CAIRN_FAULT_INJECTOR: str | None = None
 # --- Celery --------------------------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", "filesystem://")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
+CELERY_BROKER_TRANSPORT: str | None = None
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    # kombu's filesystem transport, writing each message aside and renaming it into place,
+    # so a polling worker never reads half of one (cairn.broker).
+    CELERY_BROKER_TRANSPORT = "cairn.broker:Transport"
     _broker_dir = Path(env("CAIRN_BROKER_DIR", str(CAIRN_HOME / "broker")))
     for _sub in ("out", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
@@ -327,6 +331,10 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         # Without it kombu writes its exchange table into ./control of the cwd.
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
+        # How often an idle worker looks for a message (kombu's default: every second). It
+        # is the whole wait between a command and the worker taking it (an approval's next
+        # step, a started run), so it is kept short: a folder listing ten times a second.
+        "polling_interval": 0.1,
     }
 elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     # Longer than any countdown or lease, so a slow ack never causes a redelivery.
