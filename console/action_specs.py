@@ -93,17 +93,31 @@ def _resume_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
 def _cancel_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
     keys = list(cancel_blocking_operations(run).values_list("idempotency_key", flat=True))
     if not keys:
-        return Summary(
+        summary = Summary(
             ["The run stops now and becomes cancelled. Its checkpoints and evidence are kept."]
         )
-    return Summary(
-        [
-            f"{len(keys)} operation(s) may be in flight: {', '.join(keys)}.",
-            "Their providers are asked first; the run stays cancelling until each one is "
-            "settled (confirmed or failed), then it becomes cancelled.",
-            "If a provider cannot tell, you record the outcome here on the run page.",
-        ]
-    )
+    else:
+        summary = Summary(
+            [
+                f"{len(keys)} operation(s) may be in flight: {', '.join(keys)}.",
+                "Their providers are asked first; the run stays cancelling until each one is "
+                "settled (confirmed or failed), then it becomes cancelled.",
+                "If a provider cannot tell, you record the outcome here on the run page.",
+            ]
+        )
+    # run_cancel closes the run's live requests in its transaction: say so before.
+    live = run.approval_requests.filter(status__in=LIVE_STATUSES).count()
+    if live == 1:
+        summary.lines.append(
+            "Its pending approval request is closed: reviewers can no longer decide it, and "
+            "it leaves the review queue."
+        )
+    elif live:
+        summary.lines.append(
+            f"Its {live} pending approval requests are closed: reviewers can no longer decide "
+            "them, and they leave the review queue."
+        )
+    return summary
 
 
 def _retry_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
