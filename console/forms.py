@@ -46,6 +46,7 @@ class RunFilterForm(forms.Form):
     )
     stalled = forms.BooleanField(label="Has stalled operations", required=False)
     waiting_approval = forms.BooleanField(label="Waiting for approval", required=False)
+    paused = forms.BooleanField(label="Paused by an operator", required=False)
     sort = forms.ChoiceField(required=False, choices=SORT_CHOICES)
 
     def __init__(self, *args: object, tenant: Tenant, **kwargs: object) -> None:
