@@ -225,6 +225,18 @@ def _grant_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
     return Summary(lines)
 
 
+def _noting_hold(summary_of: Callable[..., Summary]) -> Callable[..., Summary]:
+    """A summary that also says, on a paused run, that the command waits for the unpause."""
+
+    def summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
+        said = summary_of(run, data, access)
+        if run.paused and not said.blocked:
+            said.lines.append("The run is paused: its command waits, unsent, until you unpause it.")
+        return said
+
+    return summary
+
+
 # --- the services ---------------------------------------------------------------------------
 def _resume(run: Run, data: dict, access: ConsoleAccess) -> tuple[Run, str]:
     run = run_resume(
@@ -320,9 +332,13 @@ def _grant(run: Run, data: dict, access: ConsoleAccess) -> tuple[Run, str]:
 
 
 ACTIONS: dict[str, Spec] = {
-    "resume": Spec("Resume", "Resume the run", f.ResumeForm, _resume_summary, _resume),
+    "resume": Spec(
+        "Resume", "Resume the run", f.ResumeForm, _noting_hold(_resume_summary), _resume
+    ),
     "cancel": Spec("Cancel", "Cancel the run", f.CancelForm, _cancel_summary, _cancel),
-    "retry": Spec("Retry a step", "Run the step again", f.RetryForm, _retry_summary, _retry),
+    "retry": Spec(
+        "Retry a step", "Run the step again", f.RetryForm, _noting_hold(_retry_summary), _retry
+    ),
     "pause": Spec("Pause", "Pause the run", f.PauseForm, _pause_summary, _pause),
     "unpause": Spec("Unpause", "Unpause the run", f.UnpauseForm, _unpause_summary, _unpause),
     "fork": Spec("Fork", "Create the fork", f.ForkForm, _fork_summary, _fork),

@@ -203,3 +203,11 @@ def test_the_runs_page_counts_and_filters_paused_runs(acme, bob, workflow, run):
     rows = client.get("/runs/?paused=on").content.decode()
     assert f'id="run-{run.pk}"' in rows and f'id="run-{other.pk}"' not in rows
     assert "data-paused" in rows
+
+
+def test_the_resume_and_retry_previews_say_a_paused_runs_command_waits(demo, bob):
+    from console.action_specs import ACTIONS
+
+    run = run_pause(tenant=demo.tenant, run_id=demo.pk, reason="hold", actor=Actor(user=bob))
+    lines = ACTIONS["retry"].summary(run, {"step": "collect_sources"}, None).lines
+    assert lines[-1] == "The run is paused: its command waits, unsent, until you unpause it."
