@@ -88,3 +88,11 @@ def test_each_waiting_run_shows_its_next_retry_attempts_and_last_failure(alice, 
     assert "ConnectionError: the source did not answer" in row
     assert "(in 4\xa0minutes)" in row or "(in 5\xa0minutes)" in row
     assert re.search(r'id="h-retrying">Waiting to retry <span class="count">1</span>', html)
+
+
+def test_health_counts_the_paused_runs(alice, bob, acme, run):
+    from runtime.services.pause import run_pause
+    from tenants.services import Actor
+
+    run_pause(tenant=acme, run_id=run.pk, reason="x", actor=Actor(user=bob))
+    assert '<strong id="paused-count">1</strong>' in health(alice)

@@ -211,3 +211,13 @@ def test_the_resume_and_retry_previews_say_a_paused_runs_command_waits(demo, bob
     run = run_pause(tenant=demo.tenant, run_id=demo.pk, reason="hold", actor=Actor(user=bob))
     lines = ACTIONS["retry"].summary(run, {"step": "collect_sources"}, None).lines
     assert lines[-1] == "The run is paused: its command waits, unsent, until you unpause it."
+
+
+def test_the_api_lists_paused_runs_apart(acme, bob, run, api_as):
+    client = api_as(bob, acme)
+    run_pause(tenant=acme, run_id=run.pk, reason="x", actor=Actor(user=bob))
+    paused = client.get("/api/v1/runs?paused=true").json()
+    assert [r["id"] for r in paused["results"]] == [str(run.pk)]
+    assert client.get("/api/v1/runs?paused=false").json()["results"] == []
+    refused = client.get("/api/v1/runs?paused=maybe")
+    assert refused.status_code == 400 and refused.json()["fields"] == {"paused": "true or false"}

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from checkpoints.models import ACTIVE_STATUSES, Checkpoint, Run, RunStatus
 from console.run_reads import optional_selector
-from console.selectors import stalled_operations, status_counts
+from console.selectors import stalled_operations, status_and_paused_counts
 from runtime.heartbeats import workers_liveness, workers_tally
 from runtime.queues import queues_backlog, runs_waiting_retry
 from tenants import roles
@@ -31,7 +31,7 @@ def health(request: HttpRequest) -> HttpResponse:
     tenant = request.console.tenant
     now = timezone.now()
     runs = Run.objects.filter(tenant=tenant)
-    counts = status_counts(runs)
+    counts, paused = status_and_paused_counts(runs)
     active = runs.filter(status__in=ACTIVE_STATUSES)
     # The latest checkpoint of each active run; the oldest of those is the stuck-est run.
     oldest = list(
@@ -55,6 +55,7 @@ def health(request: HttpRequest) -> HttpResponse:
     context = {
         "counts": [(s, label, counts[s]) for s, label in RunStatus.choices],
         "total": sum(counts.values()),
+        "paused_count": paused,
         "oldest": [(cp, now - cp.created_at) for cp in oldest],
         "restore_threshold": threshold,
         "restored": list(restored.order_by("-restore_count", "-pk")[:LIST_LIMIT]),
