@@ -83,10 +83,22 @@ class Measurement:
         ordered = sorted(self.samples)
         return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
 
+    @property
+    def p99(self) -> float:
+        if not self.samples:
+            return float("nan")
+        ordered = sorted(self.samples)
+        return ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+
     def summary(self) -> dict:
         data = asdict(self)
         data.pop("samples")
-        data.update(median=round(self.median, 4), p95=round(self.p95, 4), n=len(self.samples))
+        data.update(
+            median=round(self.median, 4),
+            p95=round(self.p95, 4),
+            p99=round(self.p99, 4),
+            n=len(self.samples),
+        )
         return data
 
 

@@ -28,7 +28,7 @@ from bench.common import (  # noqa: E402
     write_json,
 )
 
-ALL_CASES = "commit,writers,http,restore,steps,contention,tracing"
+ALL_CASES = "commit,writers,http,restore,steps,contention,tracing,approval"
 CASES = os.environ.get("BENCH_CASES", ALL_CASES).split(",")
 # A run of some cases only (BENCH_CASES=takeover) writes results/<cases>.json and .md, so
 # the last full run's latest.json, latest.md and charts stay as they are.
@@ -189,6 +189,11 @@ def main() -> int:
         from bench.tracing_case import tracing_case
 
         measurements += tracing_case(tenant)
+    if "approval" in CASES:
+        print("case 7: decision to next step (approve → the worker starts the next step)")
+        from bench.approval_case import approval_case
+
+        measurements += approval_case()
     rows = ratios(measurements)
     elapsed = time.perf_counter() - clock
     write_json(

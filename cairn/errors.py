@@ -86,6 +86,12 @@ class StorageUnavailable(CairnError):
     retry_after = 30
 
 
+class SigningKeyUnavailable(CairnError):
+    """The deployment's evidence signing key is not configured or cannot be read."""
+
+    code, status = "key_unavailable", 503
+
+
 class IntegrityFailure(CairnError):
     """Stored data failed its hash or authentication check (tampering or damage)."""
 

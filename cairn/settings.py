@@ -241,6 +241,15 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE
 CAIRN_ENCRYPTION_KEYS = env("CAIRN_ENCRYPTION_KEYS")
 CAIRN_KEY_FILE = Path(env("CAIRN_KEY_FILE", str(CAIRN_HOME / "encryption_keys")))
 
+# --- Signed evidence (approvals.signing) -------------------------------------------------
+# The deployment's Ed25519 private key (PEM) that signs evidence bundles. Unset, one is
+# generated on first use into CAIRN_HOME/evidence_signing_key.pem (never committed); set, the
+# file must exist (`python manage.py evidence_key --create` writes one) and is never made up.
+CAIRN_EVIDENCE_KEY_FILE = Path(
+    env("CAIRN_EVIDENCE_KEY_FILE", str(CAIRN_HOME / "evidence_signing_key.pem"))
+)
+CAIRN_EVIDENCE_KEY_GENERATE = not env("CAIRN_EVIDENCE_KEY_FILE")
+
 # --- Runtime -----------------------------------------------------------------------------
 CAIRN_LEASE_SECONDS = env_int("CAIRN_LEASE_SECONDS", 60)
 # Worker heartbeats (runtime.heartbeats): each worker process beats this often; one silent
@@ -307,7 +316,11 @@ CAIRN_FAULT_INJECTOR: str | None = None
 # --- Celery --------------------------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", "filesystem://")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
+CELERY_BROKER_TRANSPORT: str | None = None
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    # kombu's filesystem transport, writing each message aside and renaming it into place,
+    # so a polling worker never reads half of one (cairn.broker).
+    CELERY_BROKER_TRANSPORT = "cairn.broker:Transport"
     _broker_dir = Path(env("CAIRN_BROKER_DIR", str(CAIRN_HOME / "broker")))
     for _sub in ("out", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
@@ -318,6 +331,10 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         # Without it kombu writes its exchange table into ./control of the cwd.
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
+        # How often an idle worker looks for a message (kombu's default: every second). It
+        # is the whole wait between a command and the worker taking it (an approval's next
+        # step, a started run), so it is kept short: a folder listing ten times a second.
+        "polling_interval": 0.1,
     }
 elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     # Longer than any countdown or lease, so a slow ack never causes a redelivery.

@@ -30,6 +30,7 @@ urlpatterns = [
         run_detail.artifact_view,
         name="artifact_view",
     ),
+    path("runs/<uuid:run_id>/evidence/", run_detail.evidence_download, name="evidence_download"),
     path(
         "runs/<uuid:run_id>/checkpoints/<int:sequence>/",
         checkpoints.checkpoint_detail,

@@ -26,8 +26,8 @@ from tests.test_url_enumeration import Acme, acme_rows, api_client, web_client  
 pytestmark = pytest.mark.django_db
 
 NUL = "a\x00b"
-# Audit events that opening a page writes (decrypting reads), not a form's effect.
-READS = ("checkpoint.read", "artifact.read", "audit.exported")
+# Audit events that opening a page writes (decrypting reads, exports), not a form's effect.
+READS = ("checkpoint.read", "artifact.read", "audit.exported", "evidence.export")
 
 
 def nul_refused(response, what: str) -> str | None:  # noqa: ANN001

@@ -68,6 +68,8 @@ REQUIRED: dict[str, str] = {
     "approvals_api:approval": REVIEWER,
     "approvals_api:approval-decision": REVIEWER,
     "approvals_api:approval-artifact": REVIEWER,
+    "approvals_api:run-evidence": OPERATOR,
+    "approvals_api:evidence-public-key": PUBLIC,  # a public key: anyone may verify
     "approvals:inbox": REVIEWER,
     "approvals:review": REVIEWER,
     "approvals:decide": REVIEWER,
@@ -101,6 +103,7 @@ REQUIRED: dict[str, str] = {
     "console:operation_outcome": OPERATOR,
     "console:artifact_view": OPERATOR,
     "console:checkpoint_detail": OPERATOR,
+    "console:evidence_download": OPERATOR,
     "console:health": OPERATOR,
     "console:run_start": OPERATOR,
     "approvals:mine": REVIEWER,

@@ -95,10 +95,18 @@ def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Broker]:
             "store_processed": False,
         }
         env = {"CELERY_BROKER_URL": url, "CAIRN_BROKER_DIR": str(folder)}
-    saved = (app.conf.broker_url, app.conf.broker_transport_options, app.conf.task_default_queue)
+    saved = (
+        app.conf.broker_url,
+        app.conf.broker_transport_options,
+        app.conf.task_default_queue,
+        app.conf.broker_transport,
+    )
     # Celery reads CELERY_BROKER_URL from the environment before its configuration.
     monkeypatch.setenv("CELERY_BROKER_URL", url)
     app.conf.broker_url, app.conf.broker_transport_options = url, options
+    # The test process publishes as a deployment's processes do: on the filesystem, whole
+    # messages only (cairn.broker), as the workers it starts read them.
+    app.conf.broker_transport = "cairn.broker:Transport" if url == "filesystem://" else None
     if queue:
         app.conf.task_default_queue = queue
     _reset_producer_pools(app)
@@ -114,7 +122,7 @@ def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Broker]:
                 conn.default_channel.queue_delete(queue)
             _reset_producer_pools(app)
         app.conf.broker_url, app.conf.broker_transport_options = saved[:2]
-        app.conf.task_default_queue = saved[2]
+        app.conf.task_default_queue, app.conf.broker_transport = saved[2:]
 
 
 def database_env() -> dict[str, str]:

@@ -82,3 +82,10 @@ class ApprovalRequestSerializer(serializers.ModelSerializer):
 class DecisionResultSerializer(serializers.Serializer):
     decision = ApprovalDecisionSerializer()
     request = ApprovalRequestSerializer()
+
+
+class EvidencePublicKeySerializer(serializers.Serializer):
+    algorithm = serializers.ChoiceField(choices=["Ed25519"])
+    key_id = serializers.CharField()
+    public_key_pem = serializers.CharField()
+    public_key_hex = serializers.CharField()

@@ -15,6 +15,8 @@ from api.views import CairnAPIView, _errors
 from approvals.models import ApprovalStatus
 from approvals.selectors import approvals_for_run, request_get, requests_for_tenant, review_queue
 from approvals.services import approval_decide, approval_request_create
+from approvals.services.evidence import run_evidence_export
+from approvals.signing import evidence_signing_key
 from cairn.errors import InvalidRequest
 from checkpoints.services.artifacts import artifact_read
 from checkpoints.services.reads import run_get
@@ -162,3 +164,54 @@ class ApprovalArtifactView(CairnAPIView):
         response["X-Artifact-Sha256"] = artifact.sha256
         response["Content-Disposition"] = f'attachment; filename="{artifact.id}"'
         return response
+
+
+class RunEvidenceView(CairnAPIView):
+    """The run's signed evidence bundle (operators and admins; audited)."""
+
+    required_permission = roles.OPERATE
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "include",
+                str,
+                enum=["bytes"],
+                description="bytes: add each artifact's decrypted content (base64; every "
+                "artifact read is audited).",
+            )
+        ],
+        responses={(200, "application/json"): OpenApiTypes.OBJECT, **_errors(404, 409, 503)},
+        summary="The run's signed evidence bundle (audited)",
+        description="Canonical JSON `{payload, signature}`, signed with the deployment's "
+        "Ed25519 key (GET /api/v1/evidence/public-key); verify it offline with `python -m "
+        "approvals.evidence_verify bundle.json --public-key key.pem`. Save the body as it "
+        "is: a single changed byte fails verification. 409 integrity_failure (an envelope or "
+        "artifact that cannot be decrypted); 503 key_unavailable (no signing key).",
+    )
+    def get(self, request: Request, run_id: str) -> HttpResponse:
+        include = request.query_params.get("include", "")
+        if include not in ("", "bytes"):
+            raise InvalidRequest("include takes only 'bytes'.", fields={"include": "not 'bytes'"})
+        bundle = run_evidence_export(
+            tenant=self.tenant, run_id=run_id, actor=self.actor, include_bytes=include == "bytes"
+        )
+        response = HttpResponse(bundle.data, content_type="application/json")
+        response["Content-Disposition"] = f'attachment; filename="{bundle.filename}"'
+        response["X-Evidence-Key-Id"] = bundle.key_id
+        return response
+
+
+class EvidencePublicKeyView(CairnAPIView):
+    """The public half of the deployment's evidence key: anyone may fetch it."""
+
+    authentication_classes: list = []
+    permission_classes: list = []
+
+    @extend_schema(
+        responses={200: s.EvidencePublicKeySerializer, **_errors(503)},
+        summary="The public key that verifies evidence bundles",
+        auth=[],
+    )
+    def get(self, request: Request) -> Response:
+        return Response(evidence_signing_key().published())

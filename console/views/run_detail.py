@@ -9,6 +9,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
+from approvals.services.evidence import run_evidence_export
 from cairn.errors import CairnError
 from checkpoints.services.artifacts import artifact_read
 from checkpoints.services.integrity import run_head_problem
@@ -138,6 +139,23 @@ def artifact_view(request: HttpRequest, run_id: UUID, artifact_id: UUID) -> Http
     }
     template = "console/artifact.html#viewer" if request.htmx else "console/artifact.html"
     return render(request, template, context)
+
+
+@console_view(roles.OPERATE)
+def evidence_download(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    """The run's signed evidence bundle as a file (the API's bytes; the export is
+    audited). A refusal (no signing key, an envelope that cannot be decrypted) is its
+    sentence, never a half-written file."""
+    access = request.console
+    try:
+        bundle = run_evidence_export(tenant=access.tenant, run_id=run_id, actor=access.actor)
+    except CairnError as exc:
+        if exc.status == 404:
+            raise Http404(exc.detail)
+        return HttpResponse(exc.detail, status=exc.status, content_type="text/plain")
+    response = HttpResponse(bundle.data, content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="{bundle.filename}"'
+    return response
 
 
 def _is_utf8(data: bytes) -> bool:
