@@ -46,10 +46,13 @@ prometheus-deps:
 promtool-checks: prometheus-deps
 	promtool check rules observability/prometheus/cairn-rules.yml
 
+# The console's address: `make run ADDR=127.0.0.1:8011` (seed_demo prints it, cairn_up serves it).
+ADDR ?= 127.0.0.1:8000
+
 run: install
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py seed_demo
-	$(PY) manage.py cairn_up
+	$(PY) manage.py seed_demo --addr $(ADDR)
+	$(PY) manage.py cairn_up --addr $(ADDR)
 
 test: install browser-deps php-deps faketime-deps prometheus-deps
 	$(PY) -m pytest $(PYTEST_MARKERS) $(PYTEST_ARGS)

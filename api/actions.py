@@ -19,6 +19,7 @@ from checkpoints.services.budgets import BUDGET_LIMIT_MAX
 from runtime.services.actions import MAX_REASON, run_grant_budget, run_resume
 from runtime.services.cancel import run_cancel
 from runtime.services.forks import run_fork, run_fork_preview
+from runtime.services.pause import run_pause, run_unpause
 from runtime.services.retry import run_retry
 from tenants import roles
 
@@ -48,6 +49,16 @@ class ResumeInSerializer(StrictSerializer):
 
 class CancelInSerializer(StrictSerializer):
     reason = _reason()
+    expected_version = _expected_version()
+
+
+class PauseInSerializer(StrictSerializer):
+    reason = _reason()
+    expected_version = _expected_version()
+
+
+class UnpauseInSerializer(StrictSerializer):
+    reason = _reason(required=False)
     expected_version = _expected_version()
 
 
@@ -129,6 +140,33 @@ class CancelView(ActionView):
     def post(self, request: Request, run_id: str) -> Response:
         data = self.parsed(CancelInSerializer)
         run = run_cancel(tenant=self.tenant, run_id=run_id, actor=self.actor, **data)
+        return Response(RunSerializer(run).data)
+
+
+class PauseView(ActionView):
+    @extend_schema(
+        request=PauseInSerializer,
+        responses={200: RunSerializer, **_errors(400, 403, 404, 409)},
+        summary="Pause a run: nothing dispatches it until it is unpaused (a step in flight "
+        "still commits)",
+        tags=["operator actions"],
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        data = self.parsed(PauseInSerializer)
+        run = run_pause(tenant=self.tenant, run_id=run_id, actor=self.actor, **data)
+        return Response(RunSerializer(run).data)
+
+
+class UnpauseView(ActionView):
+    @extend_schema(
+        request=UnpauseInSerializer,
+        responses={200: RunSerializer, **_errors(400, 403, 404, 409)},
+        summary="Unpause a run: its held command goes out (or one is queued)",
+        tags=["operator actions"],
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        data = self.parsed(UnpauseInSerializer)
+        run = run_unpause(tenant=self.tenant, run_id=run_id, actor=self.actor, **data)
         return Response(RunSerializer(run).data)
 
 

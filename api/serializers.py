@@ -128,6 +128,8 @@ class RunSerializer(serializers.ModelSerializer):
             "step",
             "status",
             "status_reason",
+            "paused",
+            "pause_reason",
             "version",
             "checkpoint_sequence",
             "latest_checkpoint_sha256",

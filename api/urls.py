@@ -62,6 +62,12 @@ urlpatterns = [
     ),
     path("runs/<uuid:run_id>/actions/resume", actions.ResumeView.as_view(), name="run-resume"),
     path("runs/<uuid:run_id>/actions/cancel", actions.CancelView.as_view(), name="run-cancel"),
+    path("runs/<uuid:run_id>/actions/pause", actions.PauseView.as_view(), name="run-pause"),
+    path(
+        "runs/<uuid:run_id>/actions/unpause",
+        actions.UnpauseView.as_view(),
+        name="run-unpause",
+    ),
     path("runs/<uuid:run_id>/actions/retry", actions.RetryView.as_view(), name="run-retry"),
     path("runs/<uuid:run_id>/actions/fork", actions.ForkView.as_view(), name="run-fork"),
     path(

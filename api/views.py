@@ -101,6 +101,9 @@ class WorkflowListView(CairnAPIView):
 
 
 # --- runs --------------------------------------------------------------------------------
+PAUSED_VALUES = {"true": True, "1": True, "false": False, "0": False}
+
+
 class RunListView(CairnAPIView):
     pagination_class = Pagination
 
@@ -109,12 +112,23 @@ class RunListView(CairnAPIView):
             OpenApiParameter("status", str, enum=RunStatus.values),
             OpenApiParameter("state", str),
             OpenApiParameter("workflow_type", str),
+            OpenApiParameter("paused", bool, description="Only paused (true) or unpaused runs."),
         ],
         responses={200: s.RunSerializer(many=True), **_errors(400)},
         summary="List runs",
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
+        paused = PAUSED_VALUES.get(params.get("paused", ""), "bad")
+        if "paused" in params and paused == "bad":
+            return Response(
+                {
+                    "code": "invalid_request",
+                    "detail": "paused is true or false.",
+                    "fields": {"paused": "true or false"},
+                },
+                status=400,
+            )
         if "status" in params and params["status"] not in RunStatus.values:
             return Response(
                 {
@@ -129,6 +143,7 @@ class RunListView(CairnAPIView):
             status=params.get("status") or None,
             state=params.get("state") or None,
             workflow_type=params.get("workflow_type") or None,
+            paused=paused if "paused" in params else None,
         )
         return self.page_response(runs, s.RunSerializer)
 

@@ -18,3 +18,26 @@ class DecisionForm(forms.Form):
         help_text="Shown to the run's operators. A rejection needs one: it becomes the run's "
         "reason.",
     )
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("decision") == "reject" and not (data.get("comment") or "").strip():
+            # The service refuses it too; the form says so at the field, before any call.
+            self.add_error(
+                "comment",
+                "Give a reason for the rejection: it is recorded with the decision and becomes "
+                "the run's reason.",
+            )
+        return data
+
+
+def mark_comment_invalid(form: DecisionForm, error: str) -> None:
+    """Point the comment field at ``error``: aria-invalid, described by the error, focused."""
+    form.comment_error = error
+    form.fields["comment"].widget.attrs.update(
+        {
+            "aria-invalid": "true",
+            "aria-describedby": "id_comment_error id_comment_helptext",
+            "autofocus": True,
+        }
+    )

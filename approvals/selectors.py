@@ -12,7 +12,14 @@ from approvals.four_eyes import four_eyes_involved
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
 from approvals.services.standing import ApprovalAsk, ApprovalStanding, approval_standing
 from cairn.errors import NotFound
-from checkpoints.models import ACTIVE_STATUSES, Run, RunStatus
+from checkpoints.models import (
+    ACTIVE_STATUSES,
+    Artifact,
+    ArtifactKind,
+    ArtifactReference,
+    Run,
+    RunStatus,
+)
 from checkpoints.services.workflows import approval_action
 from tenants.models import Tenant
 from tenants.selectors import review_scope
@@ -132,3 +139,20 @@ def runs_with_unused_decision(runs: QuerySet) -> QuerySet:
         run=OuterRef("pk"), run_version=OuterRef("version"), status__in=DECIDED_STATUSES
     )
     return runs.filter(Exists(decided))
+
+
+def cited_sources(request: ApprovalRequest) -> list[Artifact]:
+    """The source artifacts the checkpoint under review holds as evidence (the sources a
+    draft cites), oldest first: what a reviewer may open from the review page. Reads only
+    the reference index (envelopes stay sealed)."""
+    references = ArtifactReference.objects.filter(
+        tenant_id=request.tenant_id,
+        checkpoint__run_id=request.run_id,
+        checkpoint__sequence=request.checkpoint_sequence,
+        artifact__kind=ArtifactKind.SOURCE,
+    ).values("artifact_id")
+    return list(
+        Artifact.objects.filter(tenant_id=request.tenant_id, pk__in=references).order_by(
+            "created_at", "pk"
+        )
+    )

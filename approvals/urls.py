@@ -10,4 +10,5 @@ urlpatterns = [
     path("<uuid:approval_id>/", views.review, name="review"),
     path("<uuid:approval_id>/decision", views.decide, name="decide"),
     path("<uuid:approval_id>/status", views.status, name="status"),
+    path("<uuid:approval_id>/sources/<uuid:artifact_id>/", views.source, name="source"),
 ]

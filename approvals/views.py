@@ -8,20 +8,29 @@ with the refusal and status 409, never a silent success.
 from __future__ import annotations
 
 import hashlib
+import re
 
 from django.conf import settings
 from django.contrib import messages
+from django.core.paginator import Page, Paginator
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals.forms import DecisionForm
+from approvals.forms import DecisionForm, mark_comment_invalid
 from approvals.four_eyes import four_eyes_refusal
 from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.rendering import decode_text, diff_lines, render_artifact, time_left
-from approvals.selectors import decisions_of, previous_request, request_get, review_queue
+from approvals.selectors import (
+    cited_sources,
+    decisions_of,
+    previous_request,
+    request_get,
+    review_queue,
+)
 from approvals.services import approval_decide
 from cairn.errors import CairnError, IntegrityFailure, NotFound
 from checkpoints.models import RunStatus
@@ -46,15 +55,23 @@ def _run_url(run_id: object) -> str | None:
         return None
 
 
+def _page_of(rows: QuerySet, request: HttpRequest, size: int) -> Page:
+    """The page ``?page=N`` asks for (the last one past the end, the first one for anything
+    that is not a number), so a list is paged instead of cut off."""
+    return Paginator(rows, size).get_page(request.GET.get("page"))
+
+
 @require_GET
 @console_view(roles.REVIEWERS)
 def inbox(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
-    rows = list(review_queue(tenant=request.console.tenant, user=request.user)[:QUEUE_LIMIT])
-    for row in rows:
+    queue = review_queue(tenant=request.console.tenant, user=request.user)
+    page = _page_of(queue, request, QUEUE_LIMIT)
+    for row in page.object_list:
         row.time_left = time_left((row.expires_at - now).total_seconds())
     context = {
-        "rows": rows,
+        "rows": page.object_list,
+        "page": page,
         "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
         "limit": QUEUE_LIMIT,
     }
@@ -69,8 +86,11 @@ HISTORY_LIMIT = 200
 @console_view(roles.REVIEWERS)
 def mine(request: HttpRequest) -> HttpResponse:
     """The signed-in reviewer's own decisions in this tenant, newest first."""
-    rows = list(decisions_of(tenant=request.console.tenant, user=request.user)[:HISTORY_LIMIT])
-    return render(request, "approvals/mine.html", {"rows": rows, "limit": HISTORY_LIMIT})
+    page = _page_of(
+        decisions_of(tenant=request.console.tenant, user=request.user), request, HISTORY_LIMIT
+    )
+    context = {"rows": page.object_list, "page": page, "limit": HISTORY_LIMIT}
+    return render(request, "approvals/mine.html", context)
 
 
 def _why_not(row: ApprovalRequest, user: object, expired: bool) -> str:
@@ -108,6 +128,7 @@ def _content_context(request: HttpRequest, row: ApprovalRequest) -> dict[str, ob
         "previous": None,
         "diff": None,
     }
+    context["sources"] = _sources_listed(row, decode_text(data) or "")
     previous = previous_request(row)
     if previous is None:
         return context
@@ -133,6 +154,24 @@ def _content_context(request: HttpRequest, row: ApprovalRequest) -> dict[str, ob
         new_label=f"under review {shown_sha[:12]}",
     )
     return context
+
+
+# A draft lists its sources as "[1] name (sha256 0123456789ab)" (the demo's draft_answer).
+SOURCE_LINE = re.compile(r"^\[(\d+)\] (.{1,200}?) \(sha256 ([0-9a-f]{8,64})\)", re.M)
+
+
+def _sources_listed(row: ApprovalRequest, text: str) -> list[dict[str, object]]:
+    """The sources of the checkpoint under review, each labelled as the artifact cites it
+    ("[1] name") when its listing names the source's sha256, else by its sha256."""
+    cited = {sha: f"[{n}] {name}" for n, name, sha in SOURCE_LINE.findall(text)}
+    listed = []
+    for artifact in cited_sources(row):
+        label = next(
+            (said for sha, said in cited.items() if artifact.sha256.startswith(sha)),
+            f"source {artifact.sha256[:12]}",
+        )
+        listed.append({"artifact": artifact, "label": label})
+    return listed
 
 
 def _status_context(row: ApprovalRequest, user: object) -> dict[str, object]:
@@ -169,7 +208,7 @@ def _status_context(row: ApprovalRequest, user: object) -> dict[str, object]:
 
 
 def _review_context(
-    request: HttpRequest, row: ApprovalRequest, comment: str = ""
+    request: HttpRequest, row: ApprovalRequest, comment: str = "", comment_error: str = ""
 ) -> dict[str, object]:
     context: dict[str, object] = {
         **_status_context(row, request.user),
@@ -183,6 +222,8 @@ def _review_context(
     # The form always carries the hash of the bytes rendered on this very page.
     sha = context.get("shown_sha256", "")
     context["form"] = DecisionForm(initial={"artifact_sha256": sha, "comment": comment})
+    if comment_error:
+        mark_comment_invalid(context["form"], comment_error)
     return context
 
 
@@ -204,14 +245,50 @@ def status(request: HttpRequest, approval_id: object) -> HttpResponse:
     return render(request, "approvals/review.html#status", context)
 
 
+@require_GET
+@console_view(roles.REVIEWERS)
+def source(request: HttpRequest, approval_id: object, artifact_id: object) -> HttpResponse:
+    """One source the artifact under review cites, for the reviewer to check it against:
+    only a source artifact of the checkpoint under review (anything else is a 404), read
+    through the audited artifact read."""
+    row = _get(request, approval_id)
+    artifact = next((a for a in cited_sources(row) if a.pk == artifact_id), None)
+    if artifact is None:
+        raise Http404("The request under review cites no such source.")
+    try:
+        artifact, data = artifact_read(
+            tenant=request.console.tenant,
+            artifact_id=artifact.pk,
+            actor=request.console.actor,
+            run_id=row.run_id,
+        )
+    except IntegrityFailure as exc:
+        context = {"row": row, "artifact": artifact, "content_error": exc.detail}
+        return render(request, "approvals/source.html", context)
+    context = {
+        "row": row,
+        "artifact": artifact,
+        "rendered": render_artifact(data, artifact.media_type),
+        "shown_sha256": hashlib.sha256(data).hexdigest(),
+    }
+    return render(request, "approvals/source.html", context)
+
+
 @require_POST
 @console_view(roles.REVIEWERS)
 def decide(request: HttpRequest, approval_id: object) -> HttpResponse:
     row = _get(request, approval_id)
     form = DecisionForm(request.POST)
     if not form.is_valid():
-        context = _review_context(request, row, request.POST.get("comment", "")[:4000])
-        context["refusal"] = "The decision form is incomplete; nothing was decided."
+        comment_errors = form.errors.get("comment")
+        context = _review_context(
+            request,
+            row,
+            request.POST.get("comment", "")[:4000],
+            comment_error=" ".join(comment_errors or ()),
+        )
+        if not comment_errors or len(form.errors) > 1:
+            context["refusal"] = "The decision form is incomplete; nothing was decided."
         return render(request, "approvals/review.html", context, status=400)
     try:
         decision = approval_decide(
@@ -226,8 +303,14 @@ def decide(request: HttpRequest, approval_id: object) -> HttpResponse:
         raise Http404("No such approval request.")
     except CairnError as refusal:
         row = _get(request, approval_id)  # reload: an expiry was recorded, a run moved
-        context = _review_context(request, row, form.cleaned_data["comment"])
-        context["refusal"] = refusal.detail
+        at_comment = "comment" in (refusal.fields or {})
+        context = _review_context(
+            request,
+            row,
+            form.cleaned_data["comment"],
+            comment_error=refusal.detail if at_comment else "",
+        )
+        context["refusal"] = "" if at_comment else refusal.detail
         context["refusal_code"] = refusal.code
         return render(request, "approvals/review.html", context, status=refusal.status)
     if decision.decision == "approve":

@@ -101,6 +101,11 @@ class Run(models.Model):
         "Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
     )
     legal_hold = models.BooleanField(default=False)
+    # An operator's hold (``run_pause``/``run_unpause``), apart from the status: a paused run
+    # keeps its status and version (a step in flight still commits), but no command of it is
+    # published and no worker starts a step for it until it is unpaused.
+    paused = models.BooleanField(default=False)
+    pause_reason = models.TextField(blank=True, default="")
     # The run's trace (a W3C traceparent), written once when the run starts: every command
     # of the run carries it, so each worker that takes the run on, a crash's successor too,
     # traces into the same trace (telemetry.tracing).
@@ -123,6 +128,8 @@ class Run(models.Model):
             models.Index(
                 fields=["tenant", "workflow_type", "status"], name="run_tenant_wf_status_idx"
             ),
+            # The paused runs of a tenant (the runs page's Paused chip and filter).
+            models.Index(fields=["tenant"], condition=Q(paused=True), name="run_paused_idx"),
             # The runs a dead worker holds, found by its name (runtime.rescue).
             models.Index(
                 fields=["lease_owner"], condition=~Q(lease_owner=""), name="run_leased_idx"

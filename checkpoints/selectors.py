@@ -14,8 +14,11 @@ def runs_for_tenant(
     status: str | None = None,
     state: str | None = None,
     workflow_type: str | None = None,
+    paused: bool | None = None,
 ) -> QuerySet[Run]:
     runs = Run.objects.filter(tenant=tenant).select_related("forked_from_checkpoint")
+    if paused is not None:  # an operator's hold (runtime.services.pause)
+        runs = runs.filter(paused=paused)
     if status:
         runs = runs.filter(status=status)
     if state:

@@ -23,6 +23,7 @@ from runtime.services.cancel import run_cancel
 from runtime.services.cancel_finish import cancel_blocking_operations
 from runtime.services.forks import run_fork, run_fork_preview
 from runtime.services.operations import operation_record_outcome, operations_open
+from runtime.services.pause import pause_refusal, run_pause, run_unpause
 from runtime.services.retry import retry_refusal, run_retry, workflow_steps
 from tenants.access import ConsoleAccess
 
@@ -93,15 +94,61 @@ def _resume_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
 def _cancel_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
     keys = list(cancel_blocking_operations(run).values_list("idempotency_key", flat=True))
     if not keys:
-        return Summary(
+        summary = Summary(
             ["The run stops now and becomes cancelled. Its checkpoints and evidence are kept."]
         )
+    else:
+        summary = Summary(
+            [
+                f"{len(keys)} operation(s) may be in flight: {', '.join(keys)}.",
+                "Their providers are asked first; the run stays cancelling until each one is "
+                "settled (confirmed or failed), then it becomes cancelled.",
+                "If a provider cannot tell, you record the outcome here on the run page.",
+            ]
+        )
+    # run_cancel closes the run's live requests in its transaction: say so before.
+    live = run.approval_requests.filter(status__in=LIVE_STATUSES).count()
+    if live == 1:
+        summary.lines.append(
+            "Its pending approval request is closed: reviewers can no longer decide it, and "
+            "it leaves the review queue."
+        )
+    elif live:
+        summary.lines.append(
+            f"Its {live} pending approval requests are closed: reviewers can no longer decide "
+            "them, and they leave the review queue."
+        )
+    return summary
+
+
+def _pause_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
+    summary = Summary(
+        [
+            f"The run stays {run.get_status_display().lower()} at checkpoint "
+            f"#{run.checkpoint_sequence} (state {run.state}), and nothing dispatches it: no "
+            "worker starts a step for it, and the commands a resume, a retry or an approval "
+            "would send wait until you unpause it.",
+            "Unlike a cancel, nothing ends; unlike a legal hold, retention is not affected.",
+        ]
+    )
+    if run.lease_held():
+        summary.lines.append(
+            f"A worker ({run.lease_owner}) is running a step now: that step finishes and "
+            "commits, then the run stops."
+        )
+    summary.blocked = pause_refusal(run)
+    return summary
+
+
+def _unpause_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
+    if not run.paused:
+        return Summary(blocked="The run is not paused; there is nothing to unpause.")
+    who = "a Cairn worker" if run.execution == "worker" else "your external driver"
     return Summary(
         [
-            f"{len(keys)} operation(s) may be in flight: {', '.join(keys)}.",
-            "Their providers are asked first; the run stays cancelling until each one is "
-            "settled (confirmed or failed), then it becomes cancelled.",
-            "If a provider cannot tell, you record the outcome here on the run page.",
+            f"The hold is lifted ({run.pause_reason}).",
+            f"The run goes on as {run.get_status_display().lower()}: {who} continues it "
+            "from its latest checkpoint when it is due.",
         ]
     )
 
@@ -178,6 +225,18 @@ def _grant_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
     return Summary(lines)
 
 
+def _noting_hold(summary_of: Callable[..., Summary]) -> Callable[..., Summary]:
+    """A summary that also says, on a paused run, that the command waits for the unpause."""
+
+    def summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
+        said = summary_of(run, data, access)
+        if run.paused and not said.blocked:
+            said.lines.append("The run is paused: its command waits, unsent, until you unpause it.")
+        return said
+
+    return summary
+
+
 # --- the services ---------------------------------------------------------------------------
 def _resume(run: Run, data: dict, access: ConsoleAccess) -> tuple[Run, str]:
     run = run_resume(
@@ -203,6 +262,28 @@ def _cancel(run: Run, data: dict, access: ConsoleAccess) -> tuple[Run, str]:
     if run.status == RunStatus.CANCELLED:
         return run, "Cancelled."
     return run, "Cancelling: the run waits until its open operations are settled."
+
+
+def _pause(run: Run, data: dict, access: ConsoleAccess) -> tuple[Run, str]:
+    run = run_pause(
+        tenant=access.tenant,
+        run_id=run.pk,
+        reason=data["reason"],
+        expected_version=data["version"],
+        actor=access.actor,
+    )
+    return run, "Paused: nothing dispatches the run until you unpause it."
+
+
+def _unpause(run: Run, data: dict, access: ConsoleAccess) -> tuple[Run, str]:
+    run = run_unpause(
+        tenant=access.tenant,
+        run_id=run.pk,
+        reason=data.get("reason") or "",
+        expected_version=data["version"],
+        actor=access.actor,
+    )
+    return run, "Unpaused: the run goes on."
 
 
 def _retry(run: Run, data: dict, access: ConsoleAccess) -> tuple[Run, str]:
@@ -251,9 +332,15 @@ def _grant(run: Run, data: dict, access: ConsoleAccess) -> tuple[Run, str]:
 
 
 ACTIONS: dict[str, Spec] = {
-    "resume": Spec("Resume", "Resume the run", f.ResumeForm, _resume_summary, _resume),
+    "resume": Spec(
+        "Resume", "Resume the run", f.ResumeForm, _noting_hold(_resume_summary), _resume
+    ),
     "cancel": Spec("Cancel", "Cancel the run", f.CancelForm, _cancel_summary, _cancel),
-    "retry": Spec("Retry a step", "Run the step again", f.RetryForm, _retry_summary, _retry),
+    "retry": Spec(
+        "Retry a step", "Run the step again", f.RetryForm, _noting_hold(_retry_summary), _retry
+    ),
+    "pause": Spec("Pause", "Pause the run", f.PauseForm, _pause_summary, _pause),
+    "unpause": Spec("Unpause", "Unpause the run", f.UnpauseForm, _unpause_summary, _unpause),
     "fork": Spec("Fork", "Create the fork", f.ForkForm, _fork_summary, _fork),
     "grant_budget": Spec(
         "Grant budget", "Grant the budget", f.GrantBudgetForm, _grant_summary, _grant

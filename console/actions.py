@@ -38,6 +38,11 @@ def actions_available(run: Run, operations: list[ExternalOperation]) -> dict[str
         "cancel": not finished and status not in (RunStatus.FAILED, RunStatus.CANCELLING),
         "retry": not finished and status != RunStatus.CANCELLING,
         "fork": run.checkpoint_sequence > 0,
+        # An operator's hold (runtime.services.pause): offered as the service allows it.
+        "pause": not run.paused
+        and status not in (RunStatus.FAILED, RunStatus.CANCELLING)
+        and not finished,
+        "unpause": run.paused,
         # Only a limit can be raised: a run without any has nothing to grant.
         "grant_budget": not finished
         and status not in (RunStatus.CANCELLING, RunStatus.WAITING_APPROVAL)

@@ -46,6 +46,7 @@ class RunFilterForm(forms.Form):
     )
     stalled = forms.BooleanField(label="Has stalled operations", required=False)
     waiting_approval = forms.BooleanField(label="Waiting for approval", required=False)
+    paused = forms.BooleanField(label="Paused by an operator", required=False)
     sort = forms.ChoiceField(required=False, choices=SORT_CHOICES)
 
     def __init__(self, *args: object, tenant: Tenant, **kwargs: object) -> None:
@@ -69,6 +70,23 @@ class RunFilterForm(forms.Form):
             if start and end and start > end:
                 self.add_error(f"{field}_to", "The end of the range is before its start.")
         return data
+
+    def active_count(self) -> int:
+        """How many filters the query string sets (the sort is not a filter)."""
+        if not self.is_bound:
+            return 0
+        return sum(1 for name in self.fields if name != "sort" and self.data.get(name))
+
+    def left_out(self) -> str:
+        """The filters the server could not read, as one sentence: "Label (why); …"."""
+        parts = [
+            f"{field.label} ({' '.join(str(e).rstrip('.') for e in field.errors)})"
+            for field in self
+            if field.errors
+        ]
+        sentence = "; ".join(parts) + "." if parts else ""
+        extra = " ".join(str(e) for e in self.non_field_errors())
+        return f"{sentence} {extra}".strip()
 
     def filters(self) -> dict:
         """The valid filters; an invalid one is left out (and shown with its error)."""

@@ -47,6 +47,16 @@ class CancelForm(ActionForm):
     pass
 
 
+class PauseForm(ActionForm):
+    pass
+
+
+class UnpauseForm(ActionForm):
+    def __init__(self, *args: Any, run: Run, **kwargs: Any) -> None:
+        super().__init__(*args, run=run, **kwargs)
+        self.fields["reason"].required = False
+
+
 class RetryForm(ActionForm):
     step = forms.ChoiceField(label="Step to run again")
 

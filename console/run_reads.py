@@ -107,13 +107,28 @@ def _percent(used: float, limit: float | None) -> int:
     return max(0, min(100, round(100 * used / limit)))
 
 
-def timeline(run: Run) -> list[Checkpoint]:
-    """Newest first, bounded; the envelope ciphertext is not loaded."""
-    return list(
-        Checkpoint.objects.filter(tenant_id=run.tenant_id, run=run)
-        .only("id", "sequence", "state", "step", "created_at", "actor", "sha256", "is_evidence")
-        .order_by("-sequence")[:TIMELINE_LIMIT]
+def _before(raw: str | None) -> int | None:
+    """A keyset cursor from the query string (a positive whole number), else None."""
+    raw = (raw or "").strip()
+    return int(raw) if raw.isdigit() and len(raw) < 19 else None
+
+
+def timeline(run: Run, before: str | None = None) -> tuple[list[Checkpoint], int | None]:
+    """A page of TIMELINE_LIMIT checkpoints, newest first, older than sequence ``before``
+    (the query string's ``checkpoints_before``), and the cursor of the next older page (or
+    None). The envelope ciphertext is not loaded."""
+    rows = Checkpoint.objects.filter(tenant_id=run.tenant_id, run=run)
+    cursor = _before(before)
+    if cursor is not None:
+        rows = rows.filter(sequence__lt=cursor)
+    page = list(
+        rows.only(
+            "id", "sequence", "state", "step", "created_at", "actor", "sha256", "is_evidence"
+        ).order_by("-sequence")[: TIMELINE_LIMIT + 1]
     )
+    more = len(page) > TIMELINE_LIMIT
+    page = page[:TIMELINE_LIMIT]
+    return page, (page[-1].sequence if more else None)
 
 
 def states_visited(run: Run) -> list[str]:
@@ -161,15 +176,18 @@ def operations(run: Run) -> list[ExternalOperation]:
     return rows
 
 
-def audit_trail(run: Run) -> tuple[list[AuditEvent], bool]:
-    """The run's newest AUDIT_LIMIT events, and whether there are more (one row more is read
-    to know; the page then says so and links to the audit log)."""
-    rows = list(
-        AuditEvent.objects.filter(tenant_id=run.tenant_id, run_id=run.pk).order_by("-id")[
-            : AUDIT_LIMIT + 1
-        ]
-    )
-    return rows[:AUDIT_LIMIT], len(rows) > AUDIT_LIMIT
+def audit_trail(run: Run, before: str | None = None) -> tuple[list[AuditEvent], int | None]:
+    """A page of the run's AUDIT_LIMIT newest events older than event id ``before`` (the
+    query string's ``audit_before``), and the cursor of the next older page, or None (one
+    row more is read to know)."""
+    rows = AuditEvent.objects.filter(tenant_id=run.tenant_id, run_id=run.pk)
+    cursor = _before(before)
+    if cursor is not None:
+        rows = rows.filter(id__lt=cursor)
+    page = list(rows.order_by("-id")[: AUDIT_LIMIT + 1])
+    more = len(page) > AUDIT_LIMIT
+    page = page[:AUDIT_LIMIT]
+    return page, (page[-1].id if more else None)
 
 
 def forks(run: Run) -> QuerySet[Run]:

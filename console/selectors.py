@@ -87,6 +87,8 @@ def runs_matching(tenant: Tenant, filters: dict[str, Any]) -> QuerySet[Run]:
         runs = runs.filter(Exists(stalled))
     if filters.get("waiting_approval"):
         runs = runs.filter(_waiting_for_approval())
+    if filters.get("paused"):
+        runs = runs.filter(paused=True)
     if filters.get("q"):
         runs = runs.filter(_search(filters["q"]))
     return runs
@@ -117,6 +119,7 @@ def with_row_facts(runs: QuerySet[Run], tenant: Tenant) -> QuerySet[Run]:
         "created_at",
         "updated_at",
         "forked_from_run_id",
+        "paused",
     )
 
 
@@ -127,6 +130,22 @@ def status_counts(runs: QuerySet[Run]) -> dict[str, int]:
     counts = {status: 0 for status in RunStatus.values}
     counts.update(dict(rows))
     return counts
+
+
+def status_and_paused_counts(runs: QuerySet[Run]) -> tuple[dict[str, int], int]:
+    """Runs per status, and how many of them an operator paused (a hold apart from the
+    status): one query."""
+    rows = (
+        runs.order_by()
+        .values_list("status")
+        .annotate(n=Count("*"), held=Count("id", filter=Q(paused=True)))
+    )
+    counts = {status: 0 for status in RunStatus.values}
+    paused = 0
+    for status, n, held in rows:
+        counts[status] = n
+        paused += held
+    return counts, paused
 
 
 @dataclass(frozen=True)

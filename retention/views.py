@@ -17,6 +17,7 @@ from checkpoints.models import Run
 from retention.models import RetentionPolicy
 from retention.policies import (
     PERIODS,
+    RUN_PREFIX_MIN,
     PolicyInput,
     legal_hold_set,
     policy_build,
@@ -127,6 +128,10 @@ def _page(
         "held_runs": _held_runs(tenant),
         "tenant_hold": _last_hold_event(tenant, None) if tenant.legal_hold else None,
         "confirm": confirm or {},
+        # The run id field asks the browser for what run_id_resolve accepts: a prefix of at
+        # least RUN_PREFIX_MIN hex digits (dashes allowed after the first), or the full id.
+        "run_prefix_min": RUN_PREFIX_MIN,
+        "run_prefix_pattern": rf"\s*[0-9a-fA-F][0-9a-fA-F\-]{{{RUN_PREFIX_MIN - 1},35}}\s*",
     }
     return render(request, "retention/page.html", context, status=status)
 

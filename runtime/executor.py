@@ -46,7 +46,7 @@ from cairn.errors import (
 from cairn.faults import fault_point
 from checkpoints.crypto import MissingKeyError
 from checkpoints.envelope import json_problem
-from checkpoints.models import Checkpoint, Execution, Run, RunStatus
+from checkpoints.models import Checkpoint, Execution, OutboxMessage, Run, RunStatus
 from checkpoints.services.budgets import budget_exhausted
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS, CommitResult, checkpoint_commit
 from checkpoints.services.commit_sql import RunHead, run_lease_check
@@ -94,7 +94,8 @@ def run_advance(
     ``stale`` / ``missing`` / ``inactive`` / ``not_due`` (nothing to do), ``lease_held``
     (another worker has it: back off, the rescue sweep re-queues when its lease expires),
     ``lease_lost``, or the run's resulting condition (``waiting_approval``,
-    ``waiting_retry``, ``succeeded``, ``failed``, ``paused``, ``handed_over``).
+    ``waiting_retry``, ``succeeded``, ``failed``, ``paused``, ``handed_over``), or
+    ``on_hold``: an operator paused the run (before this command, or between two steps).
 
     Never raises for a domain condition; every write it makes is a service transaction.
     Traced as one ``cairn.run.advance`` span (in the run's trace: the command carried it),
@@ -167,6 +168,11 @@ def _lease(
         return "stale"
     if run.status not in WORKABLE or run.execution != Execution.WORKER:
         return "inactive"  # ended, paused, cancelling, or driven by an external caller
+    if run.paused:
+        # An operator's hold (runtime.services.pause): a command sent before it starts no
+        # step. Unpausing queues the run's command again.
+        log.info("command for a paused run ignored", extra={"run": str(run.pk)})
+        return "on_hold"
     if (
         run.status == RunStatus.WAITING_RETRY
         and run.next_eligible_at
@@ -231,6 +237,10 @@ def _hand_back_when_it_answers(run: Run, owner: str) -> bool:
             time.sleep(1.0)
 
 
+class _OnHold(Exception):
+    """The run was paused by an operator between this worker's steps."""
+
+
 class _Advance:
     def __init__(
         self, run: Run, keeper: LeaseKeeper, model: ModelClient, *, took_over: bool = False
@@ -250,6 +260,12 @@ class _Advance:
         self.last_turn = False
 
     def work(self) -> str:
+        try:
+            return self.turns()
+        except _OnHold:
+            return self.stop_for_hold()
+
+    def turns(self) -> str:
         # The lease is renewed by each step's attempt charge or commit (and in the
         # background during a long step), so the loop itself writes nothing before a step.
         for turn in range(settings.CAIRN_STEPS_PER_TASK):
@@ -287,6 +303,8 @@ class _Advance:
             run = self.run = Run.objects.select_related("workflow", "tenant").get(pk=self.run.pk)
         if run.version != self.keeper.version or run.status not in WORKABLE:
             raise LeaseLost("the run changed while this worker held its lease")
+        if run.paused:
+            raise _OnHold()
         self.keeper.head = RunHead.of(run)
         return restore_latest(run, self.code)
 
@@ -320,6 +338,20 @@ class _Advance:
             raise LeaseLost("the run changed while this worker held its lease")
         if row[2] != self.keeper.owner:
             raise LeaseLost("the run's lease is no longer this worker's")
+        if row[3]:
+            raise _OnHold()
+
+    def stop_for_hold(self) -> str:
+        """An operator paused the run while this worker had it: the step it was running has
+        committed; it starts no other. The command its last commit wrote for it stays unsent
+        and unclaimed, held by the relay until the run is unpaused; the lease is released
+        (``keeper.release``)."""
+        self.keeper.stop_renewing()
+        taken, self.keeper.taken_outbox_id = self.keeper.taken_outbox_id, None
+        if taken is not None:
+            OutboxMessage.objects.filter(pk=taken, sent_at__isnull=True).update(claimed_until=None)
+        log.info("run paused by an operator; worker stops", extra={"run": str(self.run.pk)})
+        return "on_hold"
 
     def handover(self) -> bool:
         self.keeper.stop_renewing()

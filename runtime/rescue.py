@@ -84,7 +84,8 @@ def runs_rescue(*, limit: int = 500) -> int:
         | Q(status=RunStatus.RUNNING, updated_at__lte=Now() - grace) & free & ~recently_sent
         | Q(status=RunStatus.WAITING_RETRY, next_eligible_at__lte=Now()) & (expired | free)
     )
-    workers = Run.objects.filter(execution=Execution.WORKER).exclude(unsent)
+    # A paused run is not stranded: it waits for an operator (runtime.services.pause).
+    workers = Run.objects.filter(execution=Execution.WORKER, paused=False).exclude(unsent)
     candidates = list(workers.filter(stranded).order_by("updated_at")[:limit])
     # A decision no worker acted on: the approvals app says which waiting runs have one.
     waiting = workers.filter(status=RunStatus.WAITING_APPROVAL).filter(free).exclude(recently_sent)

@@ -423,13 +423,16 @@ def _uuid(value: Any) -> UUID | None:
     return None if value is None else value if isinstance(value, UUID) else UUID(str(value))
 
 
-_PG_LEASE_CHECK = f"SELECT version, status, lease_owner FROM {RUN} WHERE id = %(run_id)s::uuid"
-_SQLITE_LEASE_CHECK = f"SELECT version, status, lease_owner FROM {RUN} WHERE id = %s"
+_PG_LEASE_CHECK = (
+    f"SELECT version, status, lease_owner, paused FROM {RUN} WHERE id = %(run_id)s::uuid"
+)
+_SQLITE_LEASE_CHECK = f"SELECT version, status, lease_owner, paused FROM {RUN} WHERE id = %s"
 
 
-def run_lease_check(*, run_id: UUID) -> tuple[int, str, str] | None:
-    """The run's version, status and lease owner (one statement): what a worker's lean
-    step checks before it runs, to know the run is still its own."""
+def run_lease_check(*, run_id: UUID) -> tuple[int, str, str, bool] | None:
+    """The run's version, status, lease owner and whether an operator paused it (one
+    statement): what a worker's lean step checks before it runs, to know the run is still
+    its own and may go on."""
     if connection.vendor == "postgresql":
         return _pg_execute(_PG_LEASE_CHECK, {"run_id": _uuid(run_id)})
     with connection.cursor() as cursor:

@@ -87,15 +87,19 @@ _LATER = {
     "postgresql": "statement_timestamp() + %s * interval '1 second'",
     "sqlite": "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || %s || ' seconds')",
 }
-# Due: unsent, available, and not claimed by a live dispatcher (or a live worker).
+_RUN = Run._meta.db_table
+# Due: unsent, available, not claimed by a live dispatcher (or a live worker), and not a
+# command of a run an operator paused (runtime.services.pause): those wait, unsent, until
+# the run is unpaused, whichever path queued them.
 _DUE = (
     "sent_at IS NULL AND (available_at IS NULL OR available_at <= {now})"
     " AND (claimed_until IS NULL OR claimed_until < {now})"
+    f" AND NOT EXISTS (SELECT 1 FROM {_RUN} WHERE {_RUN}.id = {_OUTBOX}.run_id"
+    f" AND {_RUN}.paused)"
 )
 # The claim: one conditional UPDATE that also returns what to publish, so a dispatcher
 # neither reads the message first nor can claim one another dispatcher holds. ``which`` is
 # the caller's ids, or the sweep's oldest due ones.
-_RUN = Run._meta.db_table
 _CLAIM = f"""
 UPDATE {_OUTBOX} SET claimed_until = {{later}}, attempts = attempts + 1
  WHERE id IN ({{which}}) AND {_DUE}
@@ -166,11 +170,13 @@ def outbox_dispatch(*, message_ids: Iterable[int] | None = None, limit: int = 20
 
 
 def outbox_lag_seconds(now: datetime | None = None) -> float:
-    """Age of the oldest due, unsent message as of ``now`` (0 when the outbox is drained)."""
+    """Age of the oldest due, unsent message as of ``now`` (0 when the outbox is drained).
+    A paused run's held commands are not lag: they wait on purpose."""
     now = now or timezone.now()
     oldest = (
         OutboxMessage.objects.filter(sent_at__isnull=True)
         .filter(Q(available_at__isnull=True) | Q(available_at__lte=now))
+        .exclude(run__paused=True)
         .order_by("id")
         .values_list("created_at", "available_at")
         .first()

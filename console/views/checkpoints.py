@@ -56,34 +56,33 @@ def checkpoint_detail(request: HttpRequest, run_id: UUID, sequence: int) -> Http
             "console/checkpoint_detail.html",
             {"run": run, "sequence": sequence, "error": exc.detail},
         )
-    parent, parent_envelope, parent_error = None, None, ""
-    against = _against(request, run, sequence)
-    if against is not None:
-        # Any other checkpoint of the run, chosen on the page (``?against=N``).
-        parent = (
-            Checkpoint.objects.filter(tenant=access.tenant, run=run, sequence=against)
-            .only("id", "run_id", "sequence", "sha256")
-            .first()
-        )
-        if parent is None:
-            parent_error = f"The run has no checkpoint #{against} (any more) to compare with."
-        else:
-            parent_envelope, parent_error = run_reads.envelope_for_page(
-                access, run_id=run.pk, sequence=against
-            )
-    elif checkpoint.parent_id:
-        # A fork's first checkpoint has the source run's checkpoint as its parent.
+    # The Parent field always names the checkpoint's own parent (a fork's first checkpoint
+    # has the source run's checkpoint as its parent); the diff compares with that parent or
+    # with the checkpoint chosen in "Compare with" (``?against=N``).
+    parent, parent_missing = None, ""
+    if checkpoint.parent_id:
         parent = (
             Checkpoint.objects.filter(tenant=access.tenant, pk=checkpoint.parent_id)
             .only("id", "run_id", "sequence", "sha256")
             .first()
         )
         if parent is None:
-            parent_error = "The parent checkpoint no longer exists (removed by retention)."
-        else:
-            parent_envelope, parent_error = run_reads.envelope_for_page(
-                access, run_id=parent.run_id, sequence=parent.sequence
-            )
+            parent_missing = "The parent checkpoint no longer exists (removed by retention)."
+    compared, parent_envelope, parent_error = parent, None, parent_missing
+    against = _against(request, run, sequence)
+    if against is not None:
+        compared = (
+            Checkpoint.objects.filter(tenant=access.tenant, run=run, sequence=against)
+            .only("id", "run_id", "sequence", "sha256")
+            .first()
+        )
+        parent_error = (
+            "" if compared else f"The run has no checkpoint #{against} (any more) to compare with."
+        )
+    if compared is not None:
+        parent_envelope, parent_error = run_reads.envelope_for_page(
+            access, run_id=compared.run_id, sequence=compared.sequence
+        )
     groups = envelope_groups(envelope, parent_envelope)
     context = {
         "run": run,
@@ -91,6 +90,8 @@ def checkpoint_detail(request: HttpRequest, run_id: UUID, sequence: int) -> Http
         "sequence": sequence,
         "groups": [(GROUP_TITLES.get(g.name, g.name), g) for g in groups],
         "parent": parent,
+        "parent_missing": parent_missing,
+        "compared": compared,
         "parent_error": parent_error,
         "has_parent_envelope": parent_envelope is not None,
         "against": against,

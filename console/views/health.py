@@ -9,8 +9,9 @@ from django.utils import timezone
 
 from checkpoints.models import ACTIVE_STATUSES, Checkpoint, Run, RunStatus
 from console.run_reads import optional_selector
-from console.selectors import stalled_operations, status_counts
-from runtime.heartbeats import workers_liveness
+from console.selectors import stalled_operations, status_and_paused_counts
+from runtime.heartbeats import workers_liveness, workers_tally
+from runtime.queues import queues_backlog, runs_waiting_retry
 from tenants import roles
 from tenants.access import console_view
 
@@ -30,7 +31,7 @@ def health(request: HttpRequest) -> HttpResponse:
     tenant = request.console.tenant
     now = timezone.now()
     runs = Run.objects.filter(tenant=tenant)
-    counts = status_counts(runs)
+    counts, paused = status_and_paused_counts(runs)
     active = runs.filter(status__in=ACTIVE_STATUSES)
     # The latest checkpoint of each active run; the oldest of those is the stuck-est run.
     oldest = list(
@@ -49,9 +50,12 @@ def health(request: HttpRequest) -> HttpResponse:
     )
     # Live or dead by the age of each worker's last beat, as the rescue judges it.
     workers = workers_liveness(limit=LIST_LIMIT)
+    live, dead = workers_tally()
+    retrying = runs_waiting_retry(tenant=tenant)
     context = {
         "counts": [(s, label, counts[s]) for s, label in RunStatus.choices],
         "total": sum(counts.values()),
+        "paused_count": paused,
         "oldest": [(cp, now - cp.created_at) for cp in oldest],
         "restore_threshold": threshold,
         "restored": list(restored.order_by("-restore_count", "-pk")[:LIST_LIMIT]),
@@ -60,7 +64,11 @@ def health(request: HttpRequest) -> HttpResponse:
         "stalled_count": stalled.count(),
         "expired_approvals": expired,
         "workers": workers,
-        "workers_recent": sum(1 for w in workers if w.live),
+        "workers_recent": live,
+        "workers_dead": dead,
+        "queues": queues_backlog(tenant=tenant, now=now),
+        "retrying": list(retrying[:LIST_LIMIT]),
+        "retrying_count": counts[RunStatus.WAITING_RETRY],
         "workers_clock_off": sum(1 for w in workers if w.clock_off),
         "worker_dead_seconds": settings.CAIRN_WORKER_DEAD_SECONDS,
         "clock_skew_limit": settings.CAIRN_CLOCK_SKEW_LIMIT_SECONDS,

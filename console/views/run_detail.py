@@ -50,7 +50,8 @@ def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
             forged = run_head_problem(run, envelope)
             envelope_error = f"Integrity failure: {forged}." if forged else ""
     evidence = (envelope or {}).get("evidence") or {}
-    audit_events, audit_more = run_reads.audit_trail(run)
+    audit_events, audit_next = run_reads.audit_trail(run, request.GET.get("audit_before"))
+    checkpoints, checkpoints_next = run_reads.timeline(run, request.GET.get("checkpoints_before"))
     approvals_for_run = run_reads.optional_selector("approvals.selectors", "approvals_for_run")
     standing_for_run = run_reads.optional_selector(
         "approvals.selectors", "approval_standing_for_run"
@@ -58,7 +59,9 @@ def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
     context = {
         **_snapshot_context(run),
         "access": access,
-        "checkpoints": run_reads.timeline(run),
+        "checkpoints": checkpoints,
+        "checkpoints_next": checkpoints_next,
+        "checkpoints_paged": bool(request.GET.get("checkpoints_before")),
         # One reverse for up to TIMELINE_LIMIT links: the sequence is the URL's last part.
         "checkpoint_url_prefix": reverse("console:checkpoint_detail", args=[run.pk, 0])[:-2],
         "timeline_limit": run_reads.TIMELINE_LIMIT,
@@ -79,7 +82,8 @@ def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
             standing_for_run(run=run, evidence=evidence) if standing_for_run else None
         ),
         "audit_events": audit_events,
-        "audit_more": audit_more,
+        "audit_next": audit_next,
+        "audit_paged": bool(request.GET.get("audit_before")),
         "audit_limit": run_reads.AUDIT_LIMIT,
         "forks": list(run_reads.forks(run)),
         # Legal holds are the admins' (the retention page's); the run page offers one.

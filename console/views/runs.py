@@ -17,7 +17,7 @@ from console.selectors import (
     SORTS,
     keyset_page,
     runs_matching,
-    status_counts,
+    status_and_paused_counts,
     with_row_facts,
 )
 from tenants import roles
@@ -83,6 +83,7 @@ def runs(request: HttpRequest) -> HttpResponse:
         "counts": None,  # loaded by htmx from run_counts
         "status_choices": [(status, label, None) for status, label in RunStatus.choices],
         "current_status": filters.get("status") or "",
+        "current_paused": bool(filters.get("paused")),
         "sort_headers": _sort_headers(filters["sort"]),
         "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
     }
@@ -97,9 +98,13 @@ def run_counts(request: HttpRequest) -> HttpResponse:
     chip says what clicking it would show."""
     tenant = request.console.tenant
     filters = RunFilterForm(request.GET or None, tenant=tenant).filters()
-    counts = status_counts(runs_matching(tenant, {**filters, "status": ""}))
+    counts, paused = status_and_paused_counts(
+        runs_matching(tenant, {**filters, "status": "", "paused": False})
+    )
     context = {
         "counts": counts,
+        "paused_count": paused,
+        "current_paused": bool(filters.get("paused")),
         "total": sum(counts.values()),
         "status_choices": [(status, label, counts[status]) for status, label in RunStatus.choices],
         "current_status": filters.get("status") or "",

@@ -260,7 +260,11 @@ def run_fork(
             objective_ref=source.objective_ref,
             state=checkpoint.state,
             step=checkpoint.step,
-            status=RunStatus.RUNNING,
+            # From an approval state the fork waits for its own approval (the worker's gate
+            # raises the request), like a run that committed into that state.
+            status=RunStatus.WAITING_APPROVAL
+            if checkpoint.state in (source.workflow.definition.get("approval_states") or ())
+            else RunStatus.RUNNING,
             status_reason=f"forked by {actor.name} from run {source.id} checkpoint "
             f"{from_sequence}: {reason}",
             version=1,

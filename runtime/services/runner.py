@@ -57,6 +57,9 @@ def run_next_command(*, run: Run) -> NextCommand:
         return NextCommand(**facts, due=True, command="finished", reason=run.status_reason)
     if run.status == RunStatus.CANCELLING:
         return NextCommand(**facts, due=True, command="stop", reason=run.status_reason)
+    if run.paused:
+        # An operator's hold: no step until it is lifted (runtime.services.pause).
+        return NextCommand(**facts, due=False, command="wait", reason=run.pause_reason)
     if run.status == RunStatus.RUNNING:
         return NextCommand(**facts, due=True, command="step", reason="")
     if run.status == RunStatus.WAITING_RETRY:

@@ -31,10 +31,11 @@ def test_an_operator_sees_health_and_follows_the_audit_trail_to_the_log(
     expect(page.get_by_text(f"publish-{run.pk}")).to_be_visible()
 
     page.goto(f"{live_server.url}/runs/{run.pk}/")
-    more = page.locator("#audit-more")
-    expect(more).to_contain_text("Showing the newest 100 events")
     expect(page.locator("#audit tbody tr")).to_have_count(100)
-    more.get_by_role("link", name="audit log for this run").click()
+    # The run page pages on to the older events itself.
+    page.locator("#audit-pages").get_by_role("link", name="Older events →").click()
+    expect(page.locator("#audit")).to_contain_text("note 0")
+    page.locator("#audit-all").get_by_role("link", name="This run in the audit log").click()
     expect(page.get_by_role("heading", name="Audit log")).to_be_visible()
     expect(page.get_by_label("Run id")).to_have_value(str(run.pk))
     expect(page.locator("body")).to_contain_text("note 104")

@@ -61,6 +61,10 @@ def test_a_run_id_of_spaces_is_refused_and_the_tenant_stays_unheld(
     page.goto(f"{live_server.url}/retention/")
     page.get_by_label("Run id").fill("   ")
     page.locator("#run-hold-reason").fill("litigation")
+    # The browser's own check (minlength, pattern) stops it first…
+    assert not page.get_by_label("Run id").evaluate("e => e.checkValidity()")
+    # …and the server refuses it as well when that check is bypassed.
+    page.locator("#run-hold-form").evaluate("form => { form.noValidate = true; }")
     page.get_by_role("button", name="Put the run on legal hold").click()
     expect(page.locator("#err-run-hold-id")).to_have_text("Enter a run id.")
     expect(page.locator("#tenant-hold-state")).to_contain_text("Not on hold")

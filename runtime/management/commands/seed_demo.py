@@ -1,3 +1,4 @@
+import os
 import secrets
 
 from django.contrib.auth import get_user_model
@@ -16,7 +17,14 @@ class Command(BaseCommand):
         "random password (printed), and seed demo runs where the runtime provides them."
     )
 
-    def handle(self, *args, **options):
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--addr",
+            default=os.environ.get("CAIRN_ADDR") or "127.0.0.1:8000",
+            help="The address the console is served on (cairn_up --addr), printed to sign in.",
+        )
+
+    def handle(self, *args, addr, **options):
         user_model = get_user_model()
         actor = Actor.system("seed_demo")
         passwords = {}
@@ -35,7 +43,7 @@ class Command(BaseCommand):
         if demo_seed_runs is not None:
             count = demo_seed_runs(tenant=tenant)
             self.stdout.write(f"Seeded {count} demo runs.")
-        self.stdout.write("Demo tenant 'demo' — sign in at http://127.0.0.1:8000/ as:")
+        self.stdout.write(f"Demo tenant 'demo' — sign in at http://{addr}/ as:")
         self.stdout.write(f"  {'ROLE':9} {'USERNAME':9} PASSWORD")
         for username, role in DEMO_MEMBERS:
             self.stdout.write(f"  {role:9} {username:9} {passwords[username]}")
