@@ -16,6 +16,8 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from checkpoints.models import Run
+from checkpoints.services.artifacts import artifact_store
+from checkpoints.services.checkpoints import checkpoint_commit
 from tenants.grants import run_grant_create
 from tenants.members import member_invite
 from tenants.models import AuditEvent
@@ -55,6 +57,8 @@ REQUIRED: dict[str, str] = {
     "api:run-operation-unknown": OPERATOR,
     "api:run-operation-job": OPERATOR,
     "api:run-resume": OPERATOR,
+    "api:run-pause": OPERATOR,
+    "api:run-unpause": OPERATOR,
     "api:run-cancel": OPERATOR,
     "api:run-retry": OPERATOR,
     "api:run-fork": OPERATOR,
@@ -72,6 +76,7 @@ REQUIRED: dict[str, str] = {
     "approvals_api:evidence-public-key": PUBLIC,  # a public key: anyone may verify
     "approvals:inbox": REVIEWER,
     "approvals:review": REVIEWER,
+    "approvals:source": REVIEWER,
     "approvals:decide": REVIEWER,
     "approvals:status": REVIEWER,
     "tenants:members": ADMIN,
@@ -158,6 +163,7 @@ class Acme:
 
     run: Run
     values: dict[str, object]
+    route_values: dict[str, dict[str, object]]  # a route whose row is another (by name)
     bodies: dict[tuple[str, str], dict]
     queries: dict[tuple[str, str], str]
     row_ids: list[str]
@@ -165,7 +171,8 @@ class Acme:
     def url(self, route: Route) -> str:
         from django.urls import reverse
 
-        kwargs = {param: self.values[param] for param in route.params}
+        values = {**self.values, **self.route_values.get(route.name, {})}
+        kwargs = {param: values[param] for param in route.params}
         return reverse(route.name, kwargs=kwargs)
 
 
@@ -173,6 +180,24 @@ class Acme:
 def acme_rows(acme, alice, bob, carol, charlie, run) -> Acme:  # noqa: ANN001
     artifact = draft(acme, "acme's confidential draft\n")
     at_review(run, artifact)
+    # The checkpoint under review cites a source, which its review page opens.
+    source, _ = artifact_store(
+        tenant=acme, data=b"acme's source", media_type="text/plain", kind="source"
+    )
+    run.refresh_from_db()
+    cited = [
+        {"id": str(a.id), "sha256": a.sha256, "name": n}
+        for a, n in ((artifact, "draft"), (source, "source:s"))
+    ]
+    checkpoint_commit(
+        tenant=acme,
+        run_id=run.pk,
+        expected_version=run.version,
+        state="review",
+        step="",
+        envelope={"evidence": {"artifacts": cited, "validators": []}},
+        actor=Actor.system("test"),
+    )
     approval = ask(run, artifact, bob)
     run.refresh_from_db()
     op = operation(run, "acme-publish-1", "pending")
@@ -222,6 +247,7 @@ def acme_rows(acme, alice, bob, carol, charlie, run) -> Acme:  # noqa: ANN001
         ("api:webhook", "PUT"): {"url": "http://127.0.0.1:1/h"},
         ("api:run-resume", "POST"): {"expected_version": run.version},
         ("api:run-cancel", "POST"): {"reason": "r"},
+        ("api:run-pause", "POST"): {"reason": "r"},
         ("api:run-retry", "POST"): {"step": "draft_answer", "reason": "r"},
         ("api:run-fork", "POST"): {"from_sequence": 1, "reason": "r"},
         ("api:run-grant-budget", "POST"): {"attempts": 1, "reason": "r"},
@@ -247,7 +273,16 @@ def acme_rows(acme, alice, bob, carol, charlie, run) -> Acme:  # noqa: ANN001
         ("api:run-fork-preview", "GET"): "?from_sequence=1",
     }
     row_ids = [str(v) for k, v in values.items() if k in ROW_PARAMS - {"sequence", "user_id"}]
-    return Acme(run=run, values=values, bodies=bodies, queries=queries, row_ids=row_ids)
+    route_values = {"approvals:source": {"artifact_id": source.pk}}
+    row_ids.append(str(source.pk))
+    return Acme(
+        run=run,
+        values=values,
+        route_values=route_values,
+        bodies=bodies,
+        queries=queries,
+        row_ids=row_ids,
+    )
 
 
 def send(client, route: Route, method: str, acme: Acme):  # noqa: ANN001, ANN201
