@@ -615,3 +615,27 @@ def test_a_run_starts_in_a_pinned_number_of_statements(acme, noop_six, settings)
     )
     assert run.budget_used["attempts_used"] == 0
     assert run_verify(tenant=acme, run_id=run.pk)["ok"]
+
+
+# Statements of one HTTP commit (POST /runs/{id}/checkpoints) with a bearer token: the
+# token, the member's permissions, the head (with its integrity check) and the commit.
+HTTP_COMMIT_STATEMENTS = {"postgresql": 5, "sqlite": 9}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_http_commit_reads_the_head_once_and_opens_no_envelope(acme, bob, workflow, api_as):
+    api = api_as(bob, acme)
+    run = _external_run(acme)
+    url = f"/api/v1/runs/{run.pk}/checkpoints"
+    first = {"expected_version": run.version, "state": "draft_answer", "step": "d"}
+    # The first request of a token also records its use; the pin is for the steady state.
+    assert api.post(url, {**first, "envelope": GROUPS}, format="json").status_code == 201
+    body = {"expected_version": run.version + 1, "state": "review", "step": "r"}
+    with CaptureQueriesContext(connection) as queries:
+        response = api.post(url, {**body, "envelope": GROUPS}, format="json")
+    assert response.status_code == 201, response.content
+    LAST[:] = [" ".join(q["sql"].split())[:80] for q in queries.captured_queries]
+    assert len(queries) == HTTP_COMMIT_STATEMENTS[connection.vendor], LAST
+    # No checkpoint row is read to be decrypted: the integrity check is in the commit.
+    checkpoint = Checkpoint._meta.db_table
+    assert not [q for q in LAST if q.startswith("SELECT") and f'FROM "{checkpoint}"' in q], LAST

@@ -78,6 +78,9 @@ class RunHead:
     lease_expires_at: datetime | None
     budget_used: dict[str, Any]
     budget_limits: dict[str, Any]
+    # Set by ``head_read`` when the run's row and its head checkpoint's row disagree (a row
+    # altered after it was written): a sentence naming the columns. No commit follows it.
+    integrity_problem: str | None = None
 
     @classmethod
     def of(cls, run: Run) -> RunHead:
@@ -152,15 +155,38 @@ def _loads(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
-# What a commit reads of its run (RunHead's fields, in order); each database names its own
-# placeholders for the run and the tenant.
+# What a commit reads of its run (RunHead's fields, in order), then the run's step and its
+# head checkpoint's row (id, sha256, sequence, state, step) for the integrity check; each
+# database names its own placeholders for the run and the tenant.
 _HEAD_SELECT = f"""
 SELECT r.id, r.tenant_id, r.workflow_id, r.workflow_type, r.workflow_version, w.definition,
        r.execution, r.version, r.status, r.state, r.checkpoint_sequence,
        r.latest_checkpoint_id, r.latest_checkpoint_sha256, r.lease_owner, r.lease_expires_at,
-       r.budget_used, r.budget_limits
+       r.budget_used, r.budget_limits,
+       r.step, c.id, c.sha256, c.sequence, c.state, c.step
   FROM {RUN} r JOIN {WORKFLOW} w ON w.id = r.workflow_id
+  LEFT JOIN {CHECKPOINT} c ON c.id = r.latest_checkpoint_id AND c.run_id = r.id
  WHERE r.id = {{run_id}} AND r.tenant_id = {{tenant_id}}
+"""
+
+# The integrity check every commit makes in its own statement, on the run's row as it is
+# when written (``{run}`` names the run table in the UPDATE): the row links to the chain
+# the commit links to (parent id, parent hash, sequence, state the commit was decided on),
+# and the head checkpoint's row, which the sealed envelope was hashed with, says the same
+# position (id, hash, sequence, state, step). No decryption: a run row moved without a
+# checkpoint, or a checkpoint row altered, disagree here. (Both rows altered alike is
+# found by ``run_verify`` and a worker's restore, which open the envelope.)
+_HEAD_INTACT = """
+       AND latest_checkpoint_sha256 = {parent_sha256} AND checkpoint_sequence = {sequence} - 1
+       AND state = {head_state}
+       AND (CASE WHEN latest_checkpoint_id IS NULL
+                 THEN {parent_id} IS NULL AND checkpoint_sequence = 0
+                 ELSE latest_checkpoint_id = {parent_id} AND EXISTS (
+                     SELECT 1 FROM {checkpoint} c
+                      WHERE c.id = {run}.latest_checkpoint_id AND c.run_id = {run}.id
+                        AND c.sha256 = {run}.latest_checkpoint_sha256
+                        AND c.sequence = {run}.checkpoint_sequence
+                        AND c.state = {run}.state AND c.step = {run}.step) END)
 """
 
 # --- PostgreSQL -------------------------------------------------------------------------------
@@ -196,6 +222,16 @@ WITH moved AS (
        AND budget_limits = %(head_limits)s::jsonb
        AND (lease_owner = '' OR lease_expires_at IS NULL
             OR lease_expires_at <= statement_timestamp() OR lease_owner = %(lease_owner)s::text)
+       {
+    _HEAD_INTACT.format(
+        parent_sha256="%(parent_sha256)s::text",
+        sequence="%(sequence)s::bigint",
+        head_state="%(head_state)s::text",
+        parent_id="%(parent_id)s::uuid",
+        checkpoint=CHECKPOINT,
+        run=RUN,
+    )
+}
     RETURNING id, tenant_id
 ), inserted AS (
     INSERT INTO {CHECKPOINT} (id, tenant_id, run_id, sequence, parent_id, state, step,
@@ -266,6 +302,7 @@ def _pg_params(write: CommitWrite) -> dict[str, Any]:
         "head_status": head.status,
         "head_used": _json(head.budget_used),
         "head_limits": _json(head.budget_limits),
+        "head_state": head.state,
         "sequence": write.sequence,
         "checkpoint_id": write.checkpoint_id,
         "parent_id": write.parent_id,
@@ -314,6 +351,16 @@ UPDATE {RUN} SET version = version + 1, checkpoint_sequence = %s, latest_checkpo
    AND json(budget_used) = json(%s) AND json(budget_limits) = json(%s)
    AND (lease_owner = '' OR lease_expires_at IS NULL OR lease_expires_at <= {_SQLITE_NOW}
         OR lease_owner = %s)
+   {
+    _HEAD_INTACT.format(
+        parent_sha256="%s",
+        sequence="%s",
+        head_state="%s",
+        parent_id="%s",
+        checkpoint=CHECKPOINT,
+        run=RUN,
+    )
+}
 """
 _SQLITE_INSERT = f"""
 INSERT INTO {CHECKPOINT} (id, tenant_id, run_id, sequence, parent_id, state, step,
@@ -368,6 +415,11 @@ def _sqlite_commit(write: CommitWrite) -> int | None:
                 _json(head.budget_used),
                 _json(head.budget_limits),
                 write.lease_owner,
+                write.parent_sha256,
+                write.sequence,
+                head.state,
+                _hex(write.parent_id),
+                _hex(write.parent_id),
             ],
         )
         if cursor.rowcount != 1:
@@ -470,7 +522,30 @@ def head_read(*, tenant_id: object, run_id: UUID | str) -> RunHead | None:
         lease_expires_at=_aware(row[14]),
         budget_used=_loads(row[15]) or {},
         budget_limits=_loads(row[16]) or {},
+        integrity_problem=_head_problem(row),
     )
+
+
+def _head_problem(row: tuple) -> str | None:
+    """A sentence when the run's row (``row[:17]``, its step at 17) and its head checkpoint's
+    row (18-22) disagree; None when they agree (or the run has no checkpoint yet)."""
+    if row[11] is None and not row[10]:
+        return None
+    if row[18] is None:
+        return f"the run's latest checkpoint {row[10]} is missing; no checkpoint can follow it"
+    differ = [
+        f"{column} '{stored}' where its head checkpoint's row says '{sealed}'"
+        for column, stored, sealed in (
+            ("state", row[9], row[21]),
+            ("step", row[17], row[22]),
+            ("sequence", row[10], row[20]),
+            ("latest hash", row[12], row[19]),
+        )
+        if stored != sealed
+    ]
+    if not differ:
+        return None
+    return f"the run's row says {' and '.join(differ)}; a row was altered after it was written"
 
 
 def commit_write(write: CommitWrite) -> int | None:
