@@ -86,6 +86,13 @@ class StorageUnavailable(CairnError):
     retry_after = 30
 
 
+class TooManyWaits(CairnError):
+    """A tenant holds as many long-polls on this web process as it may."""
+
+    code, status = "too_many_waits", 429
+    retry_after = 2
+
+
 class IntegrityFailure(CairnError):
     """Stored data failed its hash or authentication check (tampering or damage)."""
 

@@ -64,9 +64,12 @@ def _wait_listening(server: WebServer, timeout: float = 60.0) -> None:
 def web_server(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
     started: list[WebServer] = []
 
-    def start(env: dict[str, str] | None = None, database: bool = True) -> WebServer:
+    def start(
+        env: dict[str, str] | None = None, database: bool = True, threads: int | None = None
+    ) -> WebServer:
         """``env`` is added to the environment (an empty value removes the variable);
-        ``database=False`` leaves the test database out of it."""
+        ``database=False`` leaves the test database out of it; ``threads`` serves with
+        gthread workers of that many threads (as deployed) instead of one sync worker."""
         port = free_port()
         log_path = tmp_path / f"gunicorn-{len(started)}.log"
         full_env = {
@@ -80,7 +83,7 @@ def web_server(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
         log = open(log_path, "w")  # noqa: SIM115 - closed when the server is reaped
         process = subprocess.Popen(
             # --no-control-socket: there is one per user otherwise, shared by parallel servers.
-            gunicorn(port, workers=1, threads=None, extra=["--no-control-socket"]),
+            gunicorn(port, workers=1, threads=threads, extra=["--no-control-socket"]),
             cwd=REPO,
             env=full_env,
             stdout=log,

@@ -50,7 +50,7 @@ from checkpoints.models import (
     Run,
     RunStatus,
 )
-from checkpoints.services import commit_sql, outbox
+from checkpoints.services import changes, commit_sql, outbox
 from checkpoints.services.commit_rules import commit_approval_consume, commit_rules_check
 from checkpoints.services.commit_sql import RunHead
 from checkpoints.services.reads import FIELD, TABLE, checkpoint_envelope, run_get
@@ -405,6 +405,8 @@ def checkpoint_commit(
             f"The run moved past version {expected_version} while this checkpoint was "
             "being written; nothing was written."
         )
+    if current.execution == Execution.EXTERNAL:
+        changes.run_committed(run_id=current.id)  # its runner may be long-polling
     if request.outbox_dispatch and settings.CAIRN_DISPATCH_ON_COMMIT:
         transaction.on_commit(lambda: outbox.outbox_dispatch(message_ids=[outbox_id]))
     commit_latency_record(seconds=time.monotonic() - started)

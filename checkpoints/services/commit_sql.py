@@ -41,6 +41,7 @@ from django.db import connection, transaction
 from django.utils.dateparse import parse_datetime
 
 from checkpoints.models import Checkpoint, OutboxMessage, Run, WorkflowDefinition
+from checkpoints.services.changes import CHANNEL
 
 RUN = Run._meta.db_table
 CHECKPOINT = Checkpoint._meta.db_table
@@ -232,7 +233,11 @@ WITH moved AS (
         run=RUN,
     )
 }
-    RETURNING id, tenant_id
+    RETURNING id, tenant_id, execution
+), notified AS (
+    -- Runners long-poll externally driven runs (GET /runs/{{id}}/next): wake them when this
+    -- transaction commits (``checkpoints.services.changes``).
+    SELECT pg_notify('{CHANNEL}', id::text) FROM moved WHERE execution = 'external'
 ), inserted AS (
     INSERT INTO {CHECKPOINT} (id, tenant_id, run_id, sequence, parent_id, state, step,
         schema_version, envelope_sealed, key_id, sha256, parent_sha256, actor, is_evidence,
@@ -259,7 +264,8 @@ WITH moved AS (
        AND EXISTS (SELECT 1 FROM moved)
     RETURNING id
 )
-SELECT (SELECT id FROM queued), (SELECT count(*) FROM inserted), (SELECT count(*) FROM consumed)
+SELECT (SELECT id FROM queued), (SELECT count(*) FROM inserted), (SELECT count(*) FROM consumed),
+       (SELECT count(*) FROM notified)
 """
 
 
@@ -558,5 +564,5 @@ def commit_write(write: CommitWrite) -> int | None:
     """
     if connection.vendor != "postgresql":
         return _sqlite_commit(write)
-    outbox_id, inserted, _consumed = _pg_execute(_PG_COMMIT, _pg_params(write))
+    outbox_id, inserted, _consumed, _notified = _pg_execute(_PG_COMMIT, _pg_params(write))
     return outbox_id if inserted == 1 else None

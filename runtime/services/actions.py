@@ -44,6 +44,7 @@ from checkpoints.models import Execution, Run, RunStatus
 from checkpoints.services import outbox
 from checkpoints.services.approval_chain import gate_not_passed, run_approval_passage
 from checkpoints.services.budgets import BUDGET_LIMIT_MAX, budget_exhausted
+from checkpoints.services.changes import run_changed
 from checkpoints.services.integrity import run_head_intact, run_head_refusal
 from checkpoints.services.workflows import approval_action, gated_states
 from telemetry.logs import transition_log
@@ -133,6 +134,8 @@ def version_bump(
         if refusal is not None and run.version == expected_version:
             raise refusal
         raise stale_version_error(run, expected_version)
+    if run.execution == Execution.EXTERNAL:
+        run_changed(run_id=run.pk)  # its runner may be long-polling
     if "status" in fields:
         transition_log(
             event="run status changed",
