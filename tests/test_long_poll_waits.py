@@ -110,6 +110,7 @@ def test_many_waits_from_one_token_leave_the_server_to_everybody_else(
         started = time.monotonic()
         answers = [p.result(timeout=30) for p in polls if p.result(timeout=30)[0] == 200]
     woke = time.monotonic() - started
+    print(f"login {login:.3f}s, commit {commit:.3f}s, {cap} waits woken in {woke:.3f}s")
     assert len(answers) == cap and {a[1]["command"] for a in answers} == {"step"}
     assert woke < GENEROUS, woke
 

@@ -19,7 +19,13 @@ transaction (the settings open transactions ``IMMEDIATE``); sqlite3 keeps them p
 The head check covers more than the version: the run's status, its budget usage and limits
 (which a lease's charge or a grant change without a new version) and the lease. So an
 envelope whose budgets or identity were built from anything but the run as it is now
-cannot be written.
+cannot be written. It is also the integrity check of every writer (``_HEAD_INTACT``): the
+run's row must link to the chain the new checkpoint links to and agree with its head
+checkpoint's row, so a tampered head is refused in the statement, without opening the
+sealed envelope (``head_read`` names the disagreement: IntegrityFailure).
+
+The PostgreSQL statement also sends ``NOTIFY`` for an externally driven run, delivered
+when its transaction commits: a runner long-polling the run wakes (``changes``).
 
 The lease clause runs on the database's clock (``cairn.clock``): whether another writer's
 lease has expired is ``lease_expires_at <= statement_timestamp()`` (SQLite: its ``'now'``),
@@ -192,7 +198,17 @@ _HEAD_INTACT = """
 
 # --- PostgreSQL -------------------------------------------------------------------------------
 _PG_HEAD = _HEAD_SELECT.format(run_id="%(run_id)s::uuid", tenant_id="%(tenant_id)s::uuid")
+_PG_HEAD_INTACT = _HEAD_INTACT.format(
+    parent_sha256="%(parent_sha256)s::text",
+    sequence="%(sequence)s::bigint",
+    head_state="%(head_state)s::text",
+    parent_id="%(parent_id)s::uuid",
+    checkpoint=CHECKPOINT,
+    run=RUN,
+)
 
+# ``notified``: runners long-poll externally driven runs (GET /runs/{id}/next); NOTIFY
+# wakes them when this transaction commits (``checkpoints.services.changes``).
 _PG_COMMIT = f"""
 WITH moved AS (
     UPDATE {RUN} SET
@@ -223,20 +239,9 @@ WITH moved AS (
        AND budget_limits = %(head_limits)s::jsonb
        AND (lease_owner = '' OR lease_expires_at IS NULL
             OR lease_expires_at <= statement_timestamp() OR lease_owner = %(lease_owner)s::text)
-       {
-    _HEAD_INTACT.format(
-        parent_sha256="%(parent_sha256)s::text",
-        sequence="%(sequence)s::bigint",
-        head_state="%(head_state)s::text",
-        parent_id="%(parent_id)s::uuid",
-        checkpoint=CHECKPOINT,
-        run=RUN,
-    )
-}
+       {_PG_HEAD_INTACT}
     RETURNING id, tenant_id, execution
 ), notified AS (
-    -- Runners long-poll externally driven runs (GET /runs/{{id}}/next): wake them when this
-    -- transaction commits (``checkpoints.services.changes``).
     SELECT pg_notify('{CHANNEL}', id::text) FROM moved WHERE execution = 'external'
 ), inserted AS (
     INSERT INTO {CHECKPOINT} (id, tenant_id, run_id, sequence, parent_id, state, step,
@@ -344,6 +349,15 @@ def _pg_params(write: CommitWrite) -> dict[str, Any]:
 _SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
 _SQLITE_LATER = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || %s || ' seconds')"
 _SQLITE_HEAD = _HEAD_SELECT.format(run_id="%s", tenant_id="%s")
+# Its placeholders, in order: parent hash, sequence, head state, parent id (twice).
+_SQLITE_HEAD_INTACT = _HEAD_INTACT.format(
+    parent_sha256="%s",
+    sequence="%s",
+    head_state="%s",
+    parent_id="%s",
+    checkpoint=CHECKPOINT,
+    run=RUN,
+)
 _SQLITE_MOVE = f"""
 UPDATE {RUN} SET version = version + 1, checkpoint_sequence = %s, latest_checkpoint_id = %s,
     latest_checkpoint_sha256 = %s, state = %s, step = %s, status = %s, status_reason = %s,
@@ -357,16 +371,7 @@ UPDATE {RUN} SET version = version + 1, checkpoint_sequence = %s, latest_checkpo
    AND json(budget_used) = json(%s) AND json(budget_limits) = json(%s)
    AND (lease_owner = '' OR lease_expires_at IS NULL OR lease_expires_at <= {_SQLITE_NOW}
         OR lease_owner = %s)
-   {
-    _HEAD_INTACT.format(
-        parent_sha256="%s",
-        sequence="%s",
-        head_state="%s",
-        parent_id="%s",
-        checkpoint=CHECKPOINT,
-        run=RUN,
-    )
-}
+   {_SQLITE_HEAD_INTACT}
 """
 _SQLITE_INSERT = f"""
 INSERT INTO {CHECKPOINT} (id, tenant_id, run_id, sequence, parent_id, state, step,
