@@ -10,7 +10,7 @@ import zlib
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from hypothesis import HealthCheck, given
@@ -639,3 +639,40 @@ def test_an_http_commit_reads_the_head_once_and_opens_no_envelope(acme, bob, wor
     # No checkpoint row is read to be decrypted: the integrity check is in the commit.
     checkpoint = Checkpoint._meta.db_table
     assert not [q for q in LAST if q.startswith("SELECT") and f'FROM "{checkpoint}"' in q], LAST
+
+
+@pytest.mark.postgres
+def test_on_postgresql_the_commits_integrity_check_probes_the_head_by_its_key(
+    postgres_only, acme, workflow
+):
+    from cairn import clock
+    from checkpoints.services import commit_sql
+    from checkpoints.services.checkpoints import _commit_plan, _CommitRequest
+
+    run = _external_run(acme)
+    result = _commit(acme, run.pk, run.version)
+    request = _CommitRequest(
+        expected_version=result.run_version,
+        state="review",
+        step="review",
+        groups=GROUPS,
+        actor=ACTOR,
+        status=None,
+        status_reason="",
+        lease_owner=None,
+        pending_action=None,
+        next_eligible_at=None,
+        code_version="",
+        is_evidence=False,
+        operator_override=False,
+        continues=False,
+        consumed_outbox_id=None,
+        charge_next_attempt=False,
+    )
+    write, _ = _commit_plan(acme, result.head, request, lease_now=clock.now())
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + commit_sql._PG_COMMIT, commit_sql._pg_params(write))
+        plan = "\n".join(line for (line,) in cursor.fetchall())
+        transaction.set_rollback(True)
+    # Correlated only through the run's columns, the head check hashed the whole table.
+    assert f"Seq Scan on {Checkpoint._meta.db_table}" not in plan, plan

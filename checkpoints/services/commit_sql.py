@@ -182,7 +182,9 @@ SELECT r.id, r.tenant_id, r.workflow_id, r.workflow_type, r.workflow_version, w.
 # and the head checkpoint's row, which the sealed envelope was hashed with, says the same
 # position (id, hash, sequence, state, step). No decryption: a run row moved without a
 # checkpoint, or a checkpoint row altered, disagree here. (Both rows altered alike is
-# found by ``run_verify`` and a worker's restore, which open the envelope.)
+# found by ``run_verify`` and a worker's restore, which open the envelope.) The head is
+# looked up by the parent id the commit names, a primary-key probe: correlated only
+# through the run's columns, PostgreSQL may hash the whole checkpoint table instead.
 _HEAD_INTACT = """
        AND latest_checkpoint_sha256 = {parent_sha256} AND checkpoint_sequence = {sequence} - 1
        AND state = {head_state}
@@ -190,7 +192,7 @@ _HEAD_INTACT = """
                  THEN {parent_id} IS NULL AND checkpoint_sequence = 0
                  ELSE latest_checkpoint_id = {parent_id} AND EXISTS (
                      SELECT 1 FROM {checkpoint} c
-                      WHERE c.id = {run}.latest_checkpoint_id AND c.run_id = {run}.id
+                      WHERE c.id = {parent_id} AND c.run_id = {run}.id
                         AND c.sha256 = {run}.latest_checkpoint_sha256
                         AND c.sequence = {run}.checkpoint_sequence
                         AND c.state = {run}.state AND c.step = {run}.step) END)
@@ -349,7 +351,7 @@ def _pg_params(write: CommitWrite) -> dict[str, Any]:
 _SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
 _SQLITE_LATER = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || %s || ' seconds')"
 _SQLITE_HEAD = _HEAD_SELECT.format(run_id="%s", tenant_id="%s")
-# Its placeholders, in order: parent hash, sequence, head state, parent id (twice).
+# Its placeholders, in order: parent hash, sequence, head state, parent id (three times).
 _SQLITE_HEAD_INTACT = _HEAD_INTACT.format(
     parent_sha256="%s",
     sequence="%s",
@@ -429,6 +431,7 @@ def _sqlite_commit(write: CommitWrite) -> int | None:
                 write.parent_sha256,
                 write.sequence,
                 head.state,
+                _hex(write.parent_id),
                 _hex(write.parent_id),
                 _hex(write.parent_id),
             ],

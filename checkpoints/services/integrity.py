@@ -110,19 +110,22 @@ def checkpoints_columns_verify(checkpoints: list[Checkpoint]) -> None:
         raise IntegrityFailure(f"Integrity failure: {'; '.join(problems)}.")
 
 
-def run_head_intact() -> Q:
-    """A filter on runs: the run's row agrees with its head checkpoint's row (id, hash,
-    sequence, state, step), the check a commit's statement makes (``commit_sql``), for the
-    conditional update of an action that continues a run from its head (resume)."""
+def run_head_intact(run: Run) -> Q:
+    """A filter on runs: the run's row still names ``run``'s head and agrees with that
+    checkpoint's row (id, hash, sequence, state, step), the check a commit's statement
+    makes (``commit_sql``), for the conditional update of an action that continues a run
+    from its head (resume). The head is probed by its id (a primary-key lookup)."""
+    if run.latest_checkpoint_id is None:
+        return Q(latest_checkpoint_id__isnull=True, checkpoint_sequence=0)
     head = Checkpoint.objects.filter(
-        pk=OuterRef("latest_checkpoint_id"),
+        pk=run.latest_checkpoint_id,
         run_id=OuterRef("pk"),
         sha256=OuterRef("latest_checkpoint_sha256"),
         sequence=OuterRef("checkpoint_sequence"),
         state=OuterRef("state"),
         step=OuterRef("step"),
     )
-    return Q(latest_checkpoint_id__isnull=True, checkpoint_sequence=0) | Q(Exists(head))
+    return Q(latest_checkpoint_id=run.latest_checkpoint_id) & Q(Exists(head))
 
 
 def run_head_refusal(run: Run) -> IntegrityFailure | None:

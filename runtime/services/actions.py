@@ -126,7 +126,7 @@ def version_bump(
     does, and a tampered head raises IntegrityFailure."""
     rows = Run.objects.filter(pk=run.pk, version=expected_version)
     if head_intact:
-        rows = rows.filter(run_head_intact())
+        rows = rows.filter(run_head_intact(run))
     updated = rows.update(version=F("version") + 1, updated_at=timezone.now(), **fields)
     if updated != 1:
         run.refresh_from_db(fields=["version"])
