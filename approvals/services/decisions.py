@@ -34,6 +34,7 @@ from cairn.errors import (
     SelfApprovalForbidden,
 )
 from checkpoints.models import Execution, Run, RunStatus
+from checkpoints.services.changes import run_changed
 from checkpoints.services.checkpoints import checkpoint_commit
 from checkpoints.services.outbox import outbox_enqueue
 from tenants.models import Tenant
@@ -149,6 +150,8 @@ def _decide(
                 request=request, user=user, decision=decision, sha=artifact_sha256, comment=comment
             )
             _apply(request=request, decision=row, actor=actor)
+            if request.run.execution == Execution.EXTERNAL:
+                run_changed(run_id=request.run_id)  # its runner may be long-polling
             send_after_commit(signals.approval_decided, request=request, decision=row)
             return row
     # Outside the block so the expiry (and its fresh request) is committed, not rolled back.
