@@ -151,3 +151,28 @@ def test_a_wait_wakes_when_the_run_moves_in_this_process(acme):  # noqa: ANN001
     assert time.monotonic() - resumed < 0.5
     if connection.vendor == "postgresql":
         assert changes._listener.listening.is_set()
+
+
+def test_a_wait_wakes_when_an_operator_lifts_a_pause(acme):  # noqa: ANN001
+    # A pause moves no version (a step in flight still commits), so it announces the change
+    # itself, as every writer of what `next` answers must: else its runner sleeps on.
+    from runtime.services.pause import run_pause, run_unpause
+
+    run = run_create(tenant=acme, workflow_type="research", execution="external", actor=ACTOR)
+    run_pause(tenant=acme, run_id=run.pk, reason="hold it", actor=ACTOR)
+    answers = []
+
+    def wait() -> None:
+        try:
+            answers.append(run_wait_next(tenant=acme, run_id=run.pk, wait_seconds=20))
+        finally:
+            connection.close()
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.5)
+    run_unpause(tenant=acme, run_id=run.pk, actor=ACTOR)
+    lifted = time.monotonic()
+    waiter.join(timeout=30)
+    assert answers and answers[0].command == "step", answers
+    assert time.monotonic() - lifted < 0.5
