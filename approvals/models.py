@@ -53,7 +53,13 @@ class ApprovalRequest(models.Model):
         related_name="approval_requests",
     )
     requester_label = models.CharField(max_length=200)  # username, or a worker's name
+    # The quorum: approvals by this many distinct reviewers grant the request.
     required_approvals = models.PositiveSmallIntegerField(default=1)
+    # Who may decide, as the approval state declared it when the request was raised: a role
+    # ("reviewer", "admin") or a reviewer group of the tenant, by name; both blank: anyone
+    # who may review the run (``approvals.services.standing.reviewer_refusal``).
+    reviewer_role = models.CharField(max_length=16, blank=True)
+    reviewer_group = models.CharField(max_length=64, blank=True)
     status = models.CharField(
         max_length=16, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING
     )

@@ -23,6 +23,7 @@ from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.rendering import decode_text, diff_lines, render_artifact, time_left
 from approvals.selectors import decisions_of, previous_request, request_get, review_queue
 from approvals.services import approval_decide
+from approvals.services.standing import quorum_progress, reviewer_refusal, reviewers_label
 from cairn.errors import CairnError, IntegrityFailure, NotFound
 from checkpoints.models import RunStatus
 from checkpoints.services.artifacts import artifact_read
@@ -84,6 +85,9 @@ def _why_not(row: ApprovalRequest, user: object, expired: bool) -> str:
         RunStatus.RUNNING,
     ):
         return "The run moved on since this request was made; it can no longer be decided."
+    not_theirs = reviewer_refusal(request=row, user=user)
+    if not_theirs:
+        return f"{not_theirs}."
     involved = four_eyes_refusal(request=row, user=user)
     if involved:
         return f"{involved}."
@@ -164,6 +168,8 @@ def _status_context(row: ApprovalRequest, user: object) -> dict[str, object]:
         "time_left": time_left((row.expires_at - now).total_seconds()),
         "expired": expired,
         "why_not": _why_not(row, user, expired),
+        "quorum": quorum_progress(row),
+        "reviewers": reviewers_label(row),
         "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
     }
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from api.serializers import StrictSerializer
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, DecisionKind
+from approvals.services.standing import quorum_progress
 
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 
@@ -43,6 +45,26 @@ class ApprovalArtifactSerializer(serializers.Serializer):
     kind = serializers.CharField()
 
 
+class ReviewersSerializer(serializers.Serializer):
+    """Who may decide, as the approval state declared it (both null: anyone who may review
+    the run)."""
+
+    role = serializers.CharField(allow_null=True)
+    group = serializers.CharField(allow_null=True)
+
+
+class QuorumApprovalSerializer(serializers.Serializer):
+    reviewer = serializers.CharField()
+    at = serializers.DateTimeField()
+
+
+class QuorumSerializer(serializers.Serializer):
+    required = serializers.IntegerField()
+    approved = serializers.IntegerField()
+    approvals = QuorumApprovalSerializer(many=True)
+    progress = serializers.CharField(help_text='e.g. "1 of 2; rita approved at …"')
+
+
 class ApprovalRequestSerializer(serializers.ModelSerializer):
     run_id = serializers.UUIDField(read_only=True)
     artifact_id = serializers.UUIDField(read_only=True)
@@ -53,6 +75,22 @@ class ApprovalRequestSerializer(serializers.ModelSerializer):
     previous_request_id = serializers.UUIDField(
         source="previous_id", read_only=True, allow_null=True
     )
+    reviewers = serializers.SerializerMethodField()
+    quorum = serializers.SerializerMethodField()
+
+    @extend_schema_field(ReviewersSerializer)
+    def get_reviewers(self, row: ApprovalRequest) -> dict:
+        return {"role": row.reviewer_role or None, "group": row.reviewer_group or None}
+
+    @extend_schema_field(QuorumSerializer)
+    def get_quorum(self, row: ApprovalRequest) -> dict:
+        progress = quorum_progress(row)
+        return {
+            "required": progress.required,
+            "approved": progress.approved,
+            "approvals": [{"reviewer": name, "at": at} for name, at in progress.approvals],
+            "progress": str(progress),
+        }
 
     class Meta:
         model = ApprovalRequest
@@ -68,6 +106,8 @@ class ApprovalRequestSerializer(serializers.ModelSerializer):
             "action",
             "requester",
             "required_approvals",
+            "reviewers",
+            "quorum",
             "status",
             "status_reason",
             "expires_at",

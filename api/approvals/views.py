@@ -121,12 +121,15 @@ class ApprovalDecisionView(CairnAPIView):
         responses={
             200: s.DecisionResultSerializer,
             400: ErrorSerializer,
+            403: ErrorSerializer,
             404: ErrorSerializer,
             409: ErrorSerializer,
         },
-        description="409 codes: approval_expired, artifact_hash_mismatch (the hash the "
-        "reviewer saw is not the bound one), approval_stale (the run moved past the bound "
-        "version, or a newer request replaced this one), self_approval_forbidden, "
+        description="403 permission_denied: the approval state declares reviewers (a role or "
+        "a reviewer group) the caller is not among. 409 codes: approval_expired, "
+        "artifact_hash_mismatch (the hash the reviewer saw is not the bound one), "
+        "approval_stale (the run moved past the bound version, or a newer request replaced "
+        "this one), self_approval_forbidden, "
         "already_decided, approval_closed.",
         summary="Approve or reject exactly the artifact you were shown",
     )

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from approvals import signals
 from approvals.models import LIVE_STATUSES, ApprovalRequest, ApprovalStatus
+from approvals.services.standing import reviewers_declared
 from cairn.errors import NotFound
 from checkpoints.models import ACTIVE_STATUSES, Artifact, Checkpoint, Run, RunStatus
 from tenants import roles
@@ -65,8 +66,12 @@ def request_insert(
     actor: Actor,
 ) -> ApprovalRequest:
     """Supersede the run's live request for ``action`` and insert a new one bound to the
-    run's current version and checkpoint. Call inside a transaction holding the run lock."""
+    run's current version and checkpoint, decided by the reviewers the workflow declares
+    for it and needing at least its declared quorum (``reviewers_declared``). Call inside a
+    transaction holding the run lock."""
     now = timezone.now()
+    declared = reviewers_declared(run=run, action=action)
+    required_approvals = max(required_approvals, declared.quorum)
     previous = ApprovalRequest.objects.filter(run=run).order_by("-created_at", "-pk").first()
     live = list(ApprovalRequest.objects.filter(run=run, action=action, status__in=LIVE_STATUSES))
     for old in live:
@@ -98,6 +103,8 @@ def request_insert(
         requester=requester if requester is not None and requester.pk else None,
         requester_label=requester_label[:200] or "system",
         required_approvals=required_approvals,
+        reviewer_role=declared.role,
+        reviewer_group=declared.group,
         expires_at=expires_at,
         previous=previous,
     )
@@ -114,6 +121,7 @@ def request_insert(
             "run_version": run.version,
             "expires_at": expires_at.isoformat(),
             "required_approvals": required_approvals,
+            "reviewers": {"role": declared.role, "group": declared.group},
             "supersedes": [str(old.pk) for old in live],
         },
     )
@@ -123,13 +131,6 @@ def request_insert(
     )
     send_after_commit(signals.approval_requested, request=request)
     return request
-
-
-def uuid_or_none(value: object) -> UUID | None:
-    try:
-        return value if isinstance(value, UUID) else UUID(str(value))
-    except ValueError:
-        return None
 
 
 def run_starter(run: Run) -> AbstractBaseUser | None:

@@ -20,6 +20,7 @@ from approvals.models import (
 )
 from approvals.services._common import MAX_COMMENT, RUN_OPEN_STATUSES, may_review, send_after_commit
 from approvals.services.expiry import expire_request
+from approvals.services.standing import quorum_progress, reviewer_refusal
 from cairn.credentials import free_text_refuse
 from cairn.errors import (
     AlreadyDecided,
@@ -76,7 +77,9 @@ def approval_decide(
     that an expired request is marked expired (and a fresh one raised): InvalidRequest (no
     user, bad decision), ReviewNotAllowed (no review role), NotFound (another tenant's
     request too), ApprovalExpired, ApprovalHashMismatch (409), ApprovalStale (the run moved
-    past the bound version, or a newer request replaced this one), SelfApprovalForbidden
+    past the bound version, or a newer request replaced this one), ReviewNotAllowed (403:
+    not among the reviewers the approval state declares, ``reviewer_refusal``),
+    SelfApprovalForbidden
     (four eyes: the reviewer started the run, raised the request, or uploaded or committed
     the artifact under review; ``approvals.four_eyes``), AlreadyDecided, ApprovalClosed
     (decided by others or used).
@@ -203,6 +206,9 @@ def _check_decidable(*, request: ApprovalRequest, user: AbstractBaseUser, artifa
                 f"{run.version}, now {run.status}); nothing was decided."
             ),
         )
+    not_theirs = reviewer_refusal(request=request, user=user)
+    if not_theirs:
+        raise _Refusal(request, ReviewNotAllowed(f"{not_theirs}; nothing was decided."))
     involved = four_eyes_refusal(request=request, user=user)
     if involved:
         raise _Refusal(request, SelfApprovalForbidden(f"{involved}; nothing was decided."))
@@ -271,9 +277,8 @@ def _apply(*, request: ApprovalRequest, decision: ApprovalDecision, actor: Actor
         else:
             _end_rejected_run(request=request, reason=reason, actor=actor)
         return
-    approvals = request.decisions.filter(decision=DecisionKind.APPROVE).count()
-    if approvals < request.required_approvals:
-        return  # still pending: more reviewers must approve
+    if not quorum_progress(request).reached:
+        return  # still pending: more distinct reviewers must approve
     _settle(request, ApprovalStatus.APPROVED, now, "")
     if run.execution == Execution.WORKER:
         _enqueue_resume(run)

@@ -14,9 +14,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import LIVE_STATUSES, ApprovalRequest, ApprovalStatus
-from approvals.services._common import lock_run, request_insert, run_starter, uuid_or_none
+from approvals.services._common import lock_run, request_insert, run_starter
 from approvals.services.expiry import expire_request
-from approvals.services.standing import ApprovalAsk, approval_standing, request_judge
+from approvals.services.standing import (
+    ApprovalAsk,
+    approval_standing,
+    request_judge,
+    uuid_or_none,
+)
 from cairn.errors import ApprovalClosed, ArtifactHashMismatch, NotFound
 from checkpoints.approvals_port import ApprovalUse, CommitRun
 from checkpoints.models import Artifact, Checkpoint, Run

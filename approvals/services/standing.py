@@ -1,9 +1,13 @@
-"""Which approval counts: the one place that decides whether a request lets a run pass an
-approval state, and says why not when none does.
+"""Which approval counts, and who may give it: the one place that decides whether a request
+lets a run pass an approval state (and says why not when none does), and whether a person
+is among the reviewers who may decide a request.
 
 The commit that leaves an approval state, the worker's gate at it, a runner's next command,
 the console and the API all ask ``approval_standing``; consuming the approval
-(``approval_consume``) explains a refusal with the same ``request_judge``.
+(``approval_consume``) explains a refusal with the same ``request_judge``. The decision
+(``approval_decide``), the review queue and the review page ask ``reviewer_refusal`` /
+``reviewer_filter`` (one condition, written once) whether someone may decide; a request is
+granted when ``quorum_progress`` says enough distinct reviewers approved.
 """
 
 from __future__ import annotations
@@ -14,11 +18,11 @@ from datetime import datetime
 from typing import Literal
 from uuid import UUID
 
+from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals.models import LIVE_STATUSES, ApprovalRequest, ApprovalStatus
-from approvals.services._common import uuid_or_none
+from approvals.models import LIVE_STATUSES, ApprovalRequest, ApprovalStatus, DecisionKind
 from cairn.errors import (
     ApprovalClosed,
     ApprovalExpired,
@@ -27,6 +31,11 @@ from cairn.errors import (
     ApprovalStale,
     CairnError,
 )
+from checkpoints.models import Run
+from checkpoints.services.workflows import approval_action, approval_reviewers
+from tenants import roles
+from tenants.models import ReviewerGroup, ReviewerGroupMember, Tenant
+from tenants.services import permissions_of
 
 # approved: it counts and the commit consumes it; used: it was consumed for this very run
 # version and artifact (a worker gate of an earlier Cairn consumed it, then its commit failed):
@@ -161,4 +170,117 @@ def approval_standing(
             f"/runs/{ask.run_id}/approvals), wait for the decision (GET "
             f"/runs/{ask.run_id}/next?wait=30), then commit."
         ),
+    )
+
+
+def uuid_or_none(value: object) -> UUID | None:
+    try:
+        return value if isinstance(value, UUID) else UUID(str(value))
+    except ValueError:
+        return None
+
+
+# --- who may decide ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Reviewers:
+    """Who may decide a request, as its approval state declared it: a ``role`` ("reviewer",
+    "admin") or a reviewer ``group`` of the tenant, by name; neither: anyone who may review
+    the run. ``quorum``: how many distinct reviewers must approve."""
+
+    role: str = ""
+    group: str = ""
+    quorum: int = 1
+
+
+def reviewers_declared(*, run: Run, action: str) -> Reviewers:
+    """What the run's workflow declares for an approval of ``action``: at the approval state
+    the run is in, else at the approval state that declares ``action`` (a runner may ask
+    before it moves there). Reads the run's workflow definition."""
+    definition = run.workflow.definition
+    gates = list(definition.get("approval_states") or ())
+    states = [run.state] if run.state in gates else gates
+    for state in states:
+        if approval_action(definition, state) == action:
+            declared, quorum = approval_reviewers(definition, state)
+            return Reviewers(declared.get("role", ""), declared.get("group", ""), quorum)
+    return Reviewers()
+
+
+def reviewer_filter(*, user: AbstractBaseUser, tenant: Tenant) -> Q:
+    """The requests of ``tenant`` whose declared reviewers include ``user`` (a queryset
+    filter on ApprovalRequest): no declaration, a role the user holds, or a group of the
+    tenant the user is in. The review role and the run's scope are checked apart."""
+    perms = permissions_of(user=user, tenant=tenant)
+    held = [""]
+    if roles.REVIEW in perms:
+        held.append("reviewer")
+    if roles.ADMIN in perms:
+        held.append("admin")
+    groups = ReviewerGroupMember.objects.filter(user=user, group__tenant=tenant)
+    return Q(reviewer_role__in=held) & (
+        Q(reviewer_group="") | Q(reviewer_group__in=groups.values("group__name"))
+    )
+
+
+def reviewers_label(request: ApprovalRequest) -> str:
+    """Who decides ``request``, as a sentence fragment ("the reviewer group 'legal'")."""
+    if request.reviewer_group:
+        return f"the reviewer group '{request.reviewer_group}'"
+    if request.reviewer_role:
+        return f"members with the {request.reviewer_role} role"
+    return "anyone who may review the run"
+
+
+def reviewer_refusal(*, request: ApprovalRequest, user: AbstractBaseUser) -> str:
+    """The sentence refusing ``user`` a decision on ``request`` because they are not among
+    its declared reviewers, or "" when they are. One or two queries."""
+    tenant = request.tenant
+    rows = ApprovalRequest.objects.filter(pk=request.pk)
+    if rows.filter(reviewer_filter(user=user, tenant=tenant)).exists():
+        return ""
+    who = reviewers_label(request)
+    if request.reviewer_group and not (
+        ReviewerGroup.objects.filter(tenant=tenant, name=request.reviewer_group).exists()
+    ):
+        return (
+            f"Only {who} decides this request, and {tenant.slug} has no such group: an admin "
+            "creates it and adds its members on the reviewer groups page"
+        )
+    if request.reviewer_group:
+        return f"Only {who} decides this request, and you are not in it"
+    return f"Only {who} decide this request"
+
+
+@dataclass(frozen=True)
+class QuorumProgress:
+    """How far a request is from its quorum: the approvals so far (reviewer, time), by
+    distinct reviewers (one decision each), and how many are required. Reads as
+    "1 of 2; rita approved at 2026-12-04 22:50:01 UTC"."""
+
+    required: int
+    approvals: tuple[tuple[str, datetime], ...]
+
+    @property
+    def approved(self) -> int:
+        return len(self.approvals)
+
+    @property
+    def reached(self) -> bool:
+        return self.approved >= self.required
+
+    def __str__(self) -> str:
+        head = f"{self.approved} of {self.required}"
+        said = [f"{name} approved at {at:%Y-%m-%d %H:%M:%S} UTC" for name, at in self.approvals]
+        return "; ".join([head, *said])
+
+
+def quorum_progress(request: ApprovalRequest) -> QuorumProgress:
+    """The request's approvals against its quorum (uses prefetched decisions when there)."""
+    approvals = sorted(
+        (d for d in request.decisions.all() if d.decision == DecisionKind.APPROVE),
+        key=lambda d: d.created_at,
+    )
+    return QuorumProgress(
+        request.required_approvals,
+        tuple((d.approver.get_username(), d.created_at) for d in approvals),
     )
