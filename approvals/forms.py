@@ -18,3 +18,18 @@ class DecisionForm(forms.Form):
         help_text="Shown to the run's operators. A rejection needs one: it becomes the run's "
         "reason.",
     )
+
+
+class PreferencesForm(forms.Form):
+    """A reviewer's notification preferences. An empty chat URL keeps the one set; the
+    "forget" box removes it."""
+
+    email = forms.BooleanField(required=False, label="Email me when a request waits for me")
+    chat = forms.BooleanField(required=False, label="Send a chat message too")
+    chat_url = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Slack-compatible incoming-webhook URL",
+        help_text="Leave empty to keep the URL already set.",
+    )
+    forget_chat_url = forms.BooleanField(required=False, label="Forget the chat URL")

@@ -139,3 +139,61 @@ class ApprovalDecision(models.Model):
 
     def delete(self, *args, **kwargs):  # noqa: ANN002, ANN003
         raise ImmutableDecision("approval decisions are never deleted")
+
+
+class NotificationPreference(models.Model):
+    """How one member of one tenant wants to be told that a request waits for them: by
+    email (to their account's address) and/or a chat message to a Slack-compatible
+    incoming-webhook URL. No row: email on, chat off."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    email = models.BooleanField(default=True)
+    chat = models.BooleanField(default=False)
+    # Stored like a runner webhook's URL; never shown back in full, never logged.
+    chat_url = models.URLField(max_length=500, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user"], name="notification_pref_one")
+        ]
+
+    def __str__(self) -> str:
+        return f"preferences of {self.user_id} in {self.tenant_id}"
+
+
+class NotificationChannel(models.TextChoices):
+    EMAIL = "email"
+    CHAT = "chat"
+
+
+class ApprovalNotification(models.Model):
+    """One message to one reviewer about one request, on one channel, for one event. The
+    unique key is what makes delivery "never twice": planning the same event again finds
+    the row; a second delivery of it finds it sent (or claimed) and does nothing."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    request = models.ForeignKey(
+        ApprovalRequest, on_delete=models.CASCADE, related_name="notifications"
+    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    channel = models.CharField(max_length=8, choices=NotificationChannel.choices)
+    event = models.CharField(max_length=16)  # requested
+    created_at = models.DateTimeField(auto_now_add=True)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["request", "user", "channel", "event"], name="notification_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel} to {self.user_id} for {self.request_id} ({self.event})"

@@ -7,6 +7,7 @@ app_name = "approvals"
 urlpatterns = [
     path("", views.inbox, name="inbox"),
     path("mine/", views.mine, name="mine"),
+    path("notifications/", views.notifications, name="notifications"),
     path("<uuid:approval_id>/", views.review, name="review"),
     path("<uuid:approval_id>/decision", views.decide, name="decide"),
     path("<uuid:approval_id>/status", views.status, name="status"),

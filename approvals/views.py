@@ -17,12 +17,16 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals.forms import DecisionForm
+from approvals.forms import DecisionForm, PreferencesForm
 from approvals.four_eyes import four_eyes_refusal
 from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.rendering import decode_text, diff_lines, render_artifact, time_left
 from approvals.selectors import decisions_of, previous_request, request_get, review_queue
 from approvals.services import approval_decide
+from approvals.services.preferences import (
+    notification_preferences_get,
+    notification_preferences_set,
+)
 from approvals.services.standing import quorum_progress, reviewer_refusal, reviewers_label
 from cairn.errors import CairnError, IntegrityFailure, NotFound
 from checkpoints.models import RunStatus
@@ -248,3 +252,37 @@ def decide(request: HttpRequest, approval_id: object) -> HttpResponse:
         why = "your comment" if decision.comment else "the rejection"
         messages.success(request, f"Rejected. The run ends with {why} as the reason.")
     return redirect("approvals:review", approval_id=row.pk)
+
+
+@console_view(roles.REVIEWERS)
+def notifications(request: HttpRequest) -> HttpResponse:
+    """The signed-in reviewer's notification preferences in this tenant."""
+    if request.method not in ("GET", "POST"):
+        return HttpResponse(status=405, headers={"Allow": "GET, POST"})
+    tenant, status, refusal = request.console.tenant, 200, ""
+    prefs = notification_preferences_get(tenant=tenant, user=request.user)
+    form = PreferencesForm(initial={"email": prefs.email, "chat": prefs.chat})
+    if request.method == "POST":
+        form = PreferencesForm(request.POST)
+        if not form.is_valid():
+            status, refusal = 400, "The preferences form is incomplete; nothing was changed."
+        else:
+            data = form.cleaned_data
+            url = "" if data["forget_chat_url"] else (data["chat_url"].strip() or None)
+            try:
+                notification_preferences_set(
+                    tenant=tenant,
+                    user=request.user,
+                    actor=request.console.actor,
+                    email=data["email"],
+                    chat=data["chat"],
+                    chat_url=url,
+                )
+            except CairnError as error:
+                status = error.status
+                refusal = " ".join([error.detail, *(error.fields or {}).values()])
+            else:
+                messages.success(request, "Your notification preferences are saved.")
+                return redirect("approvals:notifications")
+    context = {"prefs": prefs, "form": form, "refusal": refusal}
+    return render(request, "approvals/notifications.html", context, status=status)

@@ -117,6 +117,8 @@ REQUIRED: dict[str, str] = {
     "console:health": OPERATOR,
     "console:run_start": OPERATOR,
     "approvals:mine": REVIEWER,
+    "approvals:notifications": REVIEWER,  # one's own preferences
+    "approvals_api:notification-preferences": REVIEWER,
     "console:retention": ADMIN,
     "console:retention_preview": ADMIN,
     "console:retention_remove": ADMIN,

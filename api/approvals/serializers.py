@@ -129,3 +129,30 @@ class EvidencePublicKeySerializer(serializers.Serializer):
     key_id = serializers.CharField()
     public_key_pem = serializers.CharField()
     public_key_hex = serializers.CharField()
+
+
+class NotificationPreferencesInSerializer(StrictSerializer):
+    email = serializers.BooleanField(required=False)
+    chat = serializers.BooleanField(required=False)
+    chat_url = serializers.CharField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        help_text="A Slack-compatible incoming-webhook URL; empty forgets it.",
+    )
+
+
+class NotificationPreferencesSerializer(serializers.Serializer):
+    email = serializers.BooleanField()
+    chat = serializers.BooleanField()
+    chat_url = serializers.CharField(
+        source="chat_url_shown",
+        allow_null=True,
+        help_text="The URL's origin only (the rest is its secret); null when none is set.",
+    )
+    email_address = serializers.CharField(help_text="Where email goes: your account's address.")
+
+    def to_representation(self, instance: object) -> dict:
+        data = super().to_representation(instance)
+        data["chat_url"] = data["chat_url"] or None
+        return data

@@ -16,6 +16,10 @@ from approvals.models import ApprovalStatus
 from approvals.selectors import approvals_for_run, request_get, requests_for_tenant, review_queue
 from approvals.services import approval_decide, approval_request_create
 from approvals.services.evidence import run_evidence_export
+from approvals.services.preferences import (
+    notification_preferences_get,
+    notification_preferences_set,
+)
 from approvals.signing import evidence_signing_key
 from cairn.errors import InvalidRequest
 from checkpoints.services.artifacts import artifact_read
@@ -218,3 +222,34 @@ class EvidencePublicKeyView(CairnAPIView):
     )
     def get(self, request: Request) -> Response:
         return Response(evidence_signing_key().published())
+
+
+class NotificationPreferencesView(CairnAPIView):
+    """The caller's own notification preferences in this tenant (anyone who may review)."""
+
+    required_permission = roles.REVIEWERS
+
+    @extend_schema(
+        responses={200: s.NotificationPreferencesSerializer},
+        summary="Your notification preferences: email, chat and the chat URL (its origin)",
+    )
+    def get(self, request: Request) -> Response:
+        prefs = notification_preferences_get(tenant=self.tenant, user=request.user)
+        return Response(s.NotificationPreferencesSerializer(prefs).data)
+
+    @extend_schema(
+        request=s.NotificationPreferencesInSerializer,
+        responses={200: s.NotificationPreferencesSerializer, **_errors(400)},
+        summary="Change your notification preferences (audited)",
+    )
+    def put(self, request: Request) -> Response:
+        data = self.parsed(s.NotificationPreferencesInSerializer)
+        prefs = notification_preferences_set(
+            tenant=self.tenant,
+            user=request.user,
+            actor=self.actor,
+            email=data.get("email"),
+            chat=data.get("chat"),
+            chat_url=data.get("chat_url"),
+        )
+        return Response(s.NotificationPreferencesSerializer(prefs).data)

@@ -17,6 +17,7 @@ from approvals.models import LIVE_STATUSES, ApprovalRequest, ApprovalStatus
 from approvals.services.standing import reviewers_declared
 from cairn.errors import NotFound
 from checkpoints.models import ACTIVE_STATUSES, Artifact, Checkpoint, Run, RunStatus
+from checkpoints.services.outbox import outbox_enqueue
 from tenants import roles
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record, permissions_of
@@ -128,6 +129,12 @@ def request_insert(
     log.info(
         "approval requested",
         extra={"run": str(run.id), "request": str(request.pk), "action": action, "at": str(now)},
+    )
+    # Its reviewers are told through the outbox (``approvals.notify``), in this transaction.
+    outbox_enqueue(
+        run=run,
+        kind="approval.notify",
+        payload={"request_id": str(request.pk), "event": "requested"},
     )
     send_after_commit(signals.approval_requested, request=request)
     return request
