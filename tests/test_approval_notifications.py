@@ -7,13 +7,9 @@ goes through the outbox: at least once, never twice for one request and recipien
 from __future__ import annotations
 
 import copy
-import email
 import json
-import socket
-from collections.abc import Iterator
 
 import pytest
-from aiosmtpd.controller import Controller
 from django.test import Client
 
 from approvals.models import ApprovalDecision, ApprovalNotification
@@ -31,46 +27,9 @@ from tenants.reviewer_groups import reviewer_group_create, reviewer_group_member
 from tenants.services import Actor, member_set_role
 from tests.approvals_support import ask, at_review, draft, worker_run
 from tests.factories import SIMPLE_DEFINITION, UserFactory
+from tests.smtp_support import PUBLIC_URL, free_port
 
 pytestmark = pytest.mark.django_db
-
-PUBLIC_URL = "https://cairn.example.org"
-
-
-class Inbox:
-    """What the SMTP server accepted: (recipients, parsed message)."""
-
-    def __init__(self) -> None:
-        self.messages: list[tuple[list[str], email.message.Message]] = []
-
-    async def handle_DATA(self, server, session, envelope):  # noqa: ANN001, ANN201, N802
-        self.messages.append(
-            (list(envelope.rcpt_tos), email.message_from_bytes(envelope.original_content))
-        )
-        return "250 OK"
-
-    def to(self, address: str) -> list[email.message.Message]:
-        return [m for rcpt, m in self.messages if address in rcpt]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def smtp(settings) -> Iterator[Inbox]:  # noqa: ANN001
-    """A real SMTP server on loopback, and Django's SMTP backend pointed at it."""
-    inbox = Inbox()
-    controller = Controller(inbox, hostname="127.0.0.1", port=_free_port())
-    controller.start()
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", controller.port
-    settings.CAIRN_EMAIL_NOTIFICATIONS = True
-    settings.CAIRN_PUBLIC_URL = PUBLIC_URL
-    yield inbox
-    controller.stop()
 
 
 def _member(username: str, tenant, role: str):  # noqa: ANN001, ANN202
@@ -161,7 +120,7 @@ def test_each_recipient_is_told_once_however_often_the_outbox_repeats_itself(smt
 
 def test_a_failed_delivery_is_retried_through_the_outbox_and_sent_once(settings, smtp, pending):  # noqa: ANN001
     port = settings.EMAIL_PORT
-    settings.EMAIL_PORT = _free_port()  # nothing listens there
+    settings.EMAIL_PORT = free_port()  # nothing listens there
     done = deliver_all()
     assert done["failed"] >= 2 and smtp.messages == []
     failed = ApprovalNotification.objects.filter(sent_at__isnull=True)
