@@ -67,6 +67,8 @@ class ApprovalRequest(models.Model):
     expires_at = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
+    # When its reviewers were told it is about to expire (``approvals.notify``), once.
+    reminded_at = models.DateTimeField(null=True, blank=True)
     consumed_at = models.DateTimeField(null=True, blank=True)
     # The request this one replaced (an expired or superseded one), for the reviewer's diff.
     previous = models.ForeignKey(
@@ -181,7 +183,7 @@ class ApprovalNotification(models.Model):
     )
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     channel = models.CharField(max_length=8, choices=NotificationChannel.choices)
-    event = models.CharField(max_length=16)  # requested
+    event = models.CharField(max_length=16)  # requested, expiring
     created_at = models.DateTimeField(auto_now_add=True)
     claimed_until = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)

@@ -1,6 +1,8 @@
-"""Reviewers are told: when a request is raised, each person who may decide it gets an
-email (Django's email backend) and/or a chat message (a Slack-compatible incoming webhook,
-through ``cairn.outbound``), as their preferences say, each linking to the review page.
+"""Reviewers are told: when a request is raised, and once more when it is about to expire
+(``notifications_remind_due``, less than ``CAIRN_APPROVAL_REMIND_SECONDS`` left), each
+person who may decide it gets an email (Django's email backend) and/or a chat message (a
+Slack-compatible incoming webhook, through ``cairn.outbound``), as their preferences say,
+each linking to the review page.
 
 The path is the outbox's, so it is at least once and never twice:
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from django.conf import settings
@@ -127,9 +129,45 @@ def notifications_plan(*, request_id: UUID | str, event: str = "requested") -> i
         return new
 
 
+def notifications_remind_due(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Plan the "expiring" notification of each pending request with less than
+    ``CAIRN_APPROVAL_REMIND_SECONDS`` left, once per request (``reminded_at``, set with a
+    conditional UPDATE in the transaction that writes the outbox message). Returns how many
+    requests were marked; the periodic expiry task calls it."""
+    seconds = settings.CAIRN_APPROVAL_REMIND_SECONDS
+    if seconds <= 0:
+        return 0
+    now = now or timezone.now()
+    due = ApprovalRequest.objects.filter(
+        status=ApprovalStatus.PENDING,
+        reminded_at__isnull=True,
+        expires_at__gt=now,
+        expires_at__lte=now + timedelta(seconds=seconds),
+    ).select_related("run")
+    marked = 0
+    for request in due.order_by("expires_at")[:limit]:
+        with transaction.atomic():
+            won = ApprovalRequest.objects.filter(pk=request.pk, reminded_at__isnull=True).update(
+                reminded_at=now
+            )
+            if won:
+                marked += 1
+                outbox_enqueue(
+                    run=request.run,
+                    kind=PLAN_KIND,
+                    payload={"request_id": str(request.pk), "event": "expiring"},
+                )
+    return marked
+
+
 def _text(row: ApprovalNotification) -> tuple[str, str]:
     request, run = row.request, row.request.run
     subject = f"[Cairn] Approval of '{request.action}' waits for you ({request.tenant.slug})"
+    if row.event == "expiring":
+        subject = (
+            f"[Cairn] Approval of '{request.action}' expires at "
+            f"{request.expires_at:%H:%M} UTC ({request.tenant.slug})"
+        )
     body = (
         f"{request.requester_label} asks for approval of '{request.action}' on run {run.pk} "
         f"({run.workflow_type}).\n"

@@ -5,17 +5,27 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from approvals.notify import notification_deliver, notifications_plan
+from approvals.notify import (
+    notification_deliver,
+    notifications_plan,
+    notifications_remind_due,
+)
 from approvals.services import approval_expire_due
 from runtime.heartbeats import heartbeat_start
 from scheduling.services import periodic_job_run
+
+
+def _expire_and_remind() -> int:
+    expired = approval_expire_due()
+    notifications_remind_due()  # and tell the reviewers of those about to expire, once
+    return expired
 
 
 @shared_task(name="approvals.expire_due", ignore_result=True)
 def expire_due() -> int | None:
     """Claimed so two schedulers expire once per interval (None when skipped)."""
     return periodic_job_run(
-        name="approvals.expire_due", job=approval_expire_due, holder=heartbeat_start()
+        name="approvals.expire_due", job=_expire_and_remind, holder=heartbeat_start()
     )
 
 

@@ -265,6 +265,8 @@ CAIRN_CONSOLE_REFRESH_SECONDS = env_int("CAIRN_CONSOLE_REFRESH_SECONDS", 5)
 # --- Reviewer notifications (approvals.notify) ---------------------------------------------
 # Where a notification's link points: the console as reviewers reach it.
 CAIRN_PUBLIC_URL = env("CAIRN_PUBLIC_URL", "http://127.0.0.1:8000")
+# A pending request's reviewers are reminded once when less than this is left (0: never).
+CAIRN_APPROVAL_REMIND_SECONDS = env_int("CAIRN_APPROVAL_REMIND_SECONDS", 3600)
 # Email goes through Django's SMTP backend to CAIRN_EMAIL_HOST; without one no email is
 # planned (chat messages still are).
 EMAIL_HOST = env("CAIRN_EMAIL_HOST")

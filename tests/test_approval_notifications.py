@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import timedelta
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
-from approvals.models import ApprovalDecision, ApprovalNotification
-from approvals.notify import notification_deliver, notifications_plan
+from approvals.models import ApprovalDecision, ApprovalNotification, ApprovalRequest
+from approvals.notify import notification_deliver, notifications_plan, notifications_remind_due
 from approvals.services.preferences import (
     notification_preferences_get,
     notification_preferences_set,
@@ -25,7 +27,7 @@ from runtime.services.runs import run_create
 from tenants.models import AuditEvent
 from tenants.reviewer_groups import reviewer_group_create, reviewer_group_member_add
 from tenants.services import Actor, member_set_role
-from tests.approvals_support import ask, at_review, draft, worker_run
+from tests.approvals_support import ask, at_review, decide, draft, worker_run
 from tests.factories import SIMPLE_DEFINITION, UserFactory
 from tests.smtp_support import PUBLIC_URL, free_port
 
@@ -232,3 +234,27 @@ def test_a_member_sets_their_preferences_in_the_console(acme, rita):  # noqa: AN
         "/approvals/notifications/", {"chat": "on", "chat_url": "http://169.254.169.254/"}
     )
     assert refused.status_code == 400
+
+
+# --- about to expire ------------------------------------------------------------------------
+def test_reviewers_are_reminded_once_when_a_request_is_about_to_expire(smtp, pending):  # noqa: ANN001
+    deliver_all()
+    assert notifications_remind_due() == 0  # a day left: not yet
+    soon = timezone.now() + timedelta(minutes=30)
+    ApprovalRequest.objects.filter(pk=pending.pk).update(expires_at=soon)
+    assert notifications_remind_due() == 1
+    assert notifications_remind_due() == 0  # once per request
+    deliver_all()
+    for address in ("rita@example.org", "sam@example.org"):
+        subjects = [m["Subject"] for m in smtp.to(address)]
+        assert len(subjects) == 2 and "expires at" in subjects[1]
+        body = smtp.to(address)[1].get_payload(decode=True).decode()
+        assert f"{PUBLIC_URL}/approvals/{pending.pk}/" in body
+
+
+def test_a_decided_request_is_not_reminded(smtp, pending, rita, sam):  # noqa: ANN001
+    decide(pending, rita)
+    decide(pending, sam)
+    soon = timezone.now() + timedelta(minutes=30)
+    ApprovalRequest.objects.filter(pk=pending.pk).update(expires_at=soon)
+    assert notifications_remind_due() == 0
