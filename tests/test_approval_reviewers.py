@@ -365,3 +365,10 @@ def test_a_request_the_worker_gate_raises_carries_the_declared_reviewers(acme, b
     assert verdict.outcome == "waiting"
     assert verdict.request.reviewer_group == "legal"
     assert verdict.request.required_approvals == 2
+
+
+def test_the_run_page_shows_who_decides_and_the_quorum(pending, alice, rita):  # noqa: ANN001
+    decide(pending, rita)
+    page = signed_in(alice).get(f"/runs/{pending.run_id}/").content.decode()
+    assert "The reviewer group &#x27;legal&#x27;" in page
+    assert "1 of 2; rita approved at " in page
