@@ -7,12 +7,14 @@ tenant and every change to them is audited."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 from django.test import Client
 
 from approvals.models import ApprovalDecision, ApprovalStatus
 from approvals.selectors import review_queue
+from approvals.services.evidence import run_evidence_export
 from approvals.services.standing import quorum_progress
 from cairn.errors import InvalidDefinition, ReviewNotAllowed
 from checkpoints.services.workflows import workflow_register
@@ -372,3 +374,16 @@ def test_the_run_page_shows_who_decides_and_the_quorum(pending, alice, rita):  #
     page = signed_in(alice).get(f"/runs/{pending.run_id}/").content.decode()
     assert "The reviewer group &#x27;legal&#x27;" in page
     assert "1 of 2; rita approved at " in page
+
+
+def test_the_signed_evidence_names_who_could_decide(pending, rita, sam, alice):  # noqa: ANN001
+    decide(pending, rita)
+    decide(pending, sam)
+    bundle = run_evidence_export(
+        tenant=pending.tenant, run_id=pending.run_id, actor=Actor(user=alice)
+    )
+    payload = json.loads(bundle.data)["payload"]
+    (approval,) = payload["approvals"]
+    assert approval["reviewers"] == {"role": None, "group": "legal"}
+    assert approval["required_approvals"] == 2
+    assert sorted(d["reviewer"] for d in approval["decisions"]) == ["rita", "sam"]
