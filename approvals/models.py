@@ -118,6 +118,14 @@ class ApprovalDecision(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approval_decisions"
     )
     decision = models.CharField(max_length=8, choices=DecisionKind.choices)
+    # Decided through a delegation: the vote is this reviewer's (the delegator's).
+    on_behalf_of = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="approval_decisions_delegated",
+    )
     artifact_sha256 = models.CharField(max_length=64)  # the hash the reviewer was shown
     comment = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -199,3 +207,31 @@ class ApprovalNotification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel} to {self.user_id} for {self.request_id} ({self.event})"
+
+
+class Delegation(models.Model):
+    """A reviewer lets another reviewer of the tenant decide in their place for a period:
+    the delegate may decide what the delegator may decide (their role or reviewer group),
+    never a request the delegator is involved in (four eyes), and a decision made so
+    counts as the delegator's one vote toward a quorum. Revoking sets ``revoked_at``."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    delegator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="delegations_given"
+    )
+    delegate = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="delegations_received"
+    )
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["tenant", "delegate", "ends_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.delegator_id} → {self.delegate_id} until {self.ends_at}"

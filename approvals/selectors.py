@@ -5,7 +5,7 @@ from __future__ import annotations
 from uuid import UUID
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Exists, F, OuterRef, QuerySet
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from approvals.four_eyes import four_eyes_involved
@@ -48,7 +48,9 @@ def review_queue(*, tenant: Tenant, user: AbstractBaseUser) -> QuerySet:
     run moved past the bound version, or ended, is left out too: deciding it would only be
     refused as stale.
     """
-    decided = ApprovalDecision.objects.filter(request=OuterRef("pk"), approver=user)
+    decided = ApprovalDecision.objects.filter(request=OuterRef("pk")).filter(
+        Q(approver=user) | Q(on_behalf_of=user)
+    )
     return (
         requests_for_tenant(tenant, status=ApprovalStatus.PENDING, user=user)
         .filter(expires_at__gt=timezone.now())

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import timedelta
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 from rest_framework.test import APIClient
 
+from approvals.services.delegations import delegation_create
 from checkpoints.models import Run
 from tenants.grants import run_grant_create
 from tenants.members import member_invite
@@ -118,6 +121,10 @@ REQUIRED: dict[str, str] = {
     "console:run_start": OPERATOR,
     "approvals:mine": REVIEWER,
     "approvals:notifications": REVIEWER,  # one's own preferences
+    "approvals:delegations": REVIEWER,  # one's own delegations
+    "approvals:delegation_end": REVIEWER,
+    "approvals_api:delegations": REVIEWER,
+    "approvals_api:delegation": REVIEWER,
     "approvals_api:notification-preferences": REVIEWER,
     "console:retention": ADMIN,
     "console:retention_preview": ADMIN,
@@ -145,6 +152,7 @@ ROW_PARAMS = {
     "token_id",
     "grant_id",
     "name",  # a reviewer group's name
+    "delegation_id",
 }
 # Routes that name an acme row in the body rather than the path: charlie's request must
 # change nothing of acme's (checked at the end), and answer this status where one is given.
@@ -194,6 +202,12 @@ def acme_rows(acme, alice, bob, carol, charlie, run) -> Acme:  # noqa: ANN001
     grant = run_grant_create(tenant=acme, run_id=run.pk, user=dave, actor=Actor(user=alice))
     UserFactory(username="nobody")
     invited = member_invite(tenant=acme, username="erin", role="reviewer", actor=Actor(user=alice))
+    delegation = delegation_create(
+        tenant=acme,
+        delegate_username="alice",
+        ends_at=timezone.now() + timedelta(days=1),
+        actor=Actor(user=carol),
+    )
     reviewer_group_create(tenant=acme, name="acme-legal-7", actor=Actor(user=alice))
     reviewer_group_member_add(
         tenant=acme, name="acme-legal-7", username="carol", actor=Actor(user=alice)
@@ -213,6 +227,7 @@ def acme_rows(acme, alice, bob, carol, charlie, run) -> Acme:  # noqa: ANN001
         "uidb64": "MQ",
         "token": "set-password",
         "name": "acme-legal-7",
+        "delegation_id": delegation.pk,
         "username": "carol",
         "invitation_id": invited.link_path.strip("/").split("/")[1],
     }

@@ -31,10 +31,24 @@ class DecisionInSerializer(StrictSerializer):
 
 class ApprovalDecisionSerializer(serializers.ModelSerializer):
     approver = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    on_behalf_of = serializers.SlugRelatedField(
+        slug_field="username",
+        read_only=True,
+        allow_null=True,
+        help_text="The reviewer whose delegation this decision was made under (their vote).",
+    )
 
     class Meta:
         model = ApprovalDecision
-        fields = ["id", "approver", "decision", "artifact_sha256", "comment", "created_at"]
+        fields = [
+            "id",
+            "approver",
+            "on_behalf_of",
+            "decision",
+            "artifact_sha256",
+            "comment",
+            "created_at",
+        ]
 
 
 class ApprovalArtifactSerializer(serializers.Serializer):
@@ -156,3 +170,20 @@ class NotificationPreferencesSerializer(serializers.Serializer):
         data = super().to_representation(instance)
         data["chat_url"] = data["chat_url"] or None
         return data
+
+
+class DelegationInSerializer(StrictSerializer):
+    delegate = serializers.CharField(max_length=150, help_text="A reviewer's username.")
+    ends_at = serializers.DateTimeField()
+    starts_at = serializers.DateTimeField(required=False)
+    reason = serializers.CharField(max_length=4000, required=False, allow_blank=True, default="")
+
+
+class DelegationSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    delegator = serializers.CharField(source="delegator.username")
+    delegate = serializers.CharField(source="delegate.username")
+    starts_at = serializers.DateTimeField()
+    ends_at = serializers.DateTimeField()
+    reason = serializers.CharField()
+    revoked_at = serializers.DateTimeField(allow_null=True)

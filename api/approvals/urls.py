@@ -13,6 +13,12 @@ urlpatterns = [
         views.NotificationPreferencesView.as_view(),
         name="notification-preferences",
     ),
+    path("account/delegations", views.DelegationListView.as_view(), name="delegations"),
+    path(
+        "account/delegations/<uuid:delegation_id>",
+        views.DelegationView.as_view(),
+        name="delegation",
+    ),
     path("approvals", views.ApprovalListView.as_view(), name="approvals"),
     path("approvals/<uuid:approval_id>", views.ApprovalDetailView.as_view(), name="approval"),
     path(

@@ -15,6 +15,11 @@ from api.views import CairnAPIView, _errors
 from approvals.models import ApprovalStatus
 from approvals.selectors import approvals_for_run, request_get, requests_for_tenant, review_queue
 from approvals.services import approval_decide, approval_request_create
+from approvals.services.delegations import (
+    delegation_create,
+    delegation_revoke,
+    delegations_of,
+)
 from approvals.services.evidence import run_evidence_export
 from approvals.services.preferences import (
     notification_preferences_get,
@@ -253,3 +258,51 @@ class NotificationPreferencesView(CairnAPIView):
             chat_url=data.get("chat_url"),
         )
         return Response(s.NotificationPreferencesSerializer(prefs).data)
+
+
+class DelegationPagination(Pagination):
+    ordering = ("ends_at", "id")
+
+
+class DelegationListView(CairnAPIView):
+    """The caller's delegations (given and received) that have not ended."""
+
+    required_permission = roles.REVIEWERS
+    pagination_class = DelegationPagination
+
+    @extend_schema(
+        responses={200: s.DelegationSerializer(many=True)},
+        summary="Your delegations, given and received, not yet ended",
+    )
+    def get(self, request: Request) -> Response:
+        rows = delegations_of(tenant=self.tenant, user=request.user)
+        return self.page_response(rows, s.DelegationSerializer)
+
+    @extend_schema(
+        request=s.DelegationInSerializer,
+        responses={201: s.DelegationSerializer, **_errors(400)},
+        summary="Let another reviewer decide in your place until ends_at (audited)",
+    )
+    def post(self, request: Request) -> Response:
+        data = self.parsed(s.DelegationInSerializer)
+        row = delegation_create(
+            tenant=self.tenant,
+            delegate_username=data["delegate"],
+            ends_at=data["ends_at"],
+            starts_at=data.get("starts_at"),
+            reason=data["reason"],
+            actor=self.actor,
+        )
+        return Response(s.DelegationSerializer(row).data, status=201)
+
+
+class DelegationView(CairnAPIView):
+    required_permission = roles.REVIEWERS
+
+    @extend_schema(
+        responses={200: s.DelegationSerializer, **_errors(404)},
+        summary="End one of your delegations now (its delegator or delegate; audited)",
+    )
+    def delete(self, request: Request, delegation_id: str) -> Response:
+        row = delegation_revoke(tenant=self.tenant, delegation_id=delegation_id, actor=self.actor)
+        return Response(s.DelegationSerializer(row).data)

@@ -22,7 +22,14 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals.models import LIVE_STATUSES, ApprovalRequest, ApprovalStatus, DecisionKind
+from approvals.four_eyes import four_eyes_involved
+from approvals.models import (
+    LIVE_STATUSES,
+    ApprovalRequest,
+    ApprovalStatus,
+    DecisionKind,
+    Delegation,
+)
 from cairn.errors import (
     ApprovalClosed,
     ApprovalExpired,
@@ -206,10 +213,9 @@ def reviewers_declared(*, run: Run, action: str) -> Reviewers:
     return Reviewers()
 
 
-def reviewer_filter(*, user: AbstractBaseUser, tenant: Tenant) -> Q:
-    """The requests of ``tenant`` whose declared reviewers include ``user`` (a queryset
-    filter on ApprovalRequest): no declaration, a role the user holds, or a group of the
-    tenant the user is in. The review role and the run's scope are checked apart."""
+def _own_filter(user: AbstractBaseUser, tenant: Tenant) -> Q:
+    """The requests whose declared reviewers include ``user`` in their own right: no
+    declaration, a role the user holds, or a group of the tenant the user is in."""
     perms = permissions_of(user=user, tenant=tenant)
     held = [""]
     if roles.REVIEW in perms:
@@ -220,6 +226,45 @@ def reviewer_filter(*, user: AbstractBaseUser, tenant: Tenant) -> Q:
     return Q(reviewer_role__in=held) & (
         Q(reviewer_group="") | Q(reviewer_group__in=groups.values("group__name"))
     )
+
+
+def delegators_of(*, user: AbstractBaseUser, tenant: Tenant) -> list[AbstractBaseUser]:
+    """Who lets ``user`` decide in their place now (active, unrevoked delegations)."""
+    now = timezone.now()
+    rows = Delegation.objects.filter(
+        tenant=tenant, delegate=user, revoked_at__isnull=True, starts_at__lte=now, ends_at__gt=now
+    ).select_related("delegator")
+    return [row.delegator for row in rows.order_by("delegator__username")]
+
+
+def _for(delegator: AbstractBaseUser, tenant: Tenant) -> Q:
+    """What a delegate may decide for ``delegator``: what the delegator may decide, never a
+    request the delegator is involved in (a delegation never approves one's own run)."""
+    return _own_filter(delegator, tenant) & ~four_eyes_involved(delegator)
+
+
+def reviewer_filter(*, user: AbstractBaseUser, tenant: Tenant) -> Q:
+    """The requests of ``tenant`` whose declared reviewers include ``user`` (a queryset
+    filter on ApprovalRequest): in their own right (no declaration, a role the user holds,
+    a group of the tenant the user is in), or for someone who delegated to them now. The
+    review role, the run's scope and four eyes (of the person deciding) are checked apart."""
+    allowed = _own_filter(user, tenant)
+    for delegator in delegators_of(user=user, tenant=tenant):
+        allowed |= _for(delegator, tenant)
+    return allowed
+
+
+def decides_for(*, request: ApprovalRequest, user: AbstractBaseUser) -> AbstractBaseUser | None:
+    """Whose vote ``user`` casts on ``request``: None for their own (they are among its
+    reviewers in their own right), else the delegator whose delegation lets them decide
+    it. Ask after ``reviewer_refusal`` said yes."""
+    rows = ApprovalRequest.objects.filter(pk=request.pk)
+    if rows.filter(_own_filter(user, request.tenant)).exists():
+        return None
+    for delegator in delegators_of(user=user, tenant=request.tenant):
+        if rows.filter(_for(delegator, request.tenant)).exists():
+            return delegator
+    return None
 
 
 def reviewers_label(request: ApprovalRequest) -> str:
@@ -280,7 +325,12 @@ def quorum_progress(request: ApprovalRequest) -> QuorumProgress:
         (d for d in request.decisions.all() if d.decision == DecisionKind.APPROVE),
         key=lambda d: d.created_at,
     )
-    return QuorumProgress(
-        request.required_approvals,
-        tuple((d.approver.get_username(), d.created_at) for d in approvals),
-    )
+    # One vote per reviewer: a decision through a delegation is the delegator's vote.
+    votes: dict[object, tuple[str, datetime]] = {}
+    for d in approvals:
+        voter = d.on_behalf_of_id or d.approver_id
+        name = d.approver.get_username()
+        if d.on_behalf_of_id:
+            name = f"{name} (for {d.on_behalf_of.get_username()})"
+        votes.setdefault(voter, (name, d.created_at))
+    return QuorumProgress(request.required_approvals, tuple(votes.values()))
