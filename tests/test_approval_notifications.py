@@ -27,7 +27,7 @@ from runtime.services.runs import run_create
 from tenants.models import AuditEvent
 from tenants.reviewer_groups import reviewer_group_create, reviewer_group_member_add
 from tenants.services import Actor, member_set_role
-from tests.approvals_support import ask, at_review, decide, draft, worker_run
+from tests.approvals_support import ask, at_review, decide, deliver_all, draft, worker_run
 from tests.factories import SIMPLE_DEFINITION, UserFactory
 from tests.smtp_support import PUBLIC_URL, free_port
 
@@ -69,26 +69,6 @@ def pending(acme, alice, bob, carol, rita, sam):  # noqa: ANN001
     )
     artifact = draft(acme)
     return ask(at_review(run, artifact), artifact, bob)
-
-
-def deliver_all() -> dict[str, int]:
-    """What the dispatcher and a worker do with the outbox's notification messages: run each
-    unsent one's task (due or not: a retry's delay is not waited for), mark it sent."""
-    done = {"planned": 0, "sent": 0, "failed": 0, "skipped": 0}
-    while True:
-        due = list(
-            OutboxMessage.objects.filter(
-                kind__in=("approval.notify", "approval.deliver"), sent_at__isnull=True
-            ).order_by("id")
-        )
-        if not due:
-            return done
-        for message in due:
-            OutboxMessage.objects.filter(pk=message.pk).update(sent_at=message.created_at)
-            if message.kind == "approval.notify":
-                done["planned"] += notifications_plan(**message.payload)
-            else:
-                done[notification_deliver(**message.payload)] += 1
 
 
 # --- email ---------------------------------------------------------------------------------
