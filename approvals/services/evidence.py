@@ -117,6 +117,10 @@ def _approvals(run_id: UUID, now: datetime) -> list[dict[str, Any]]:
                 "decisions": [
                     {
                         "reviewer": d.approver.get_username(),
+                        # Decided through a delegation: whose vote it is.
+                        "on_behalf_of": (
+                            d.on_behalf_of.get_username() if d.on_behalf_of_id else None
+                        ),
                         "decision": d.decision,
                         "artifact_sha256": d.artifact_sha256,
                         "comment": d.comment,
