@@ -60,6 +60,9 @@ class ApprovalRequest(models.Model):
     # who may review the run (``approvals.services.standing.reviewer_refusal``).
     reviewer_role = models.CharField(max_length=16, blank=True)
     reviewer_group = models.CharField(max_length=64, blank=True)
+    # 0: raised to the declared reviewers; n: the n-th escalation ("escalation.to[n-1]"),
+    # raised after the previous level expired with no decision (its reason: status_reason).
+    escalation_level = models.PositiveSmallIntegerField(default=0)
     status = models.CharField(
         max_length=16, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING
     )

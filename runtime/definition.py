@@ -89,6 +89,9 @@ class ApprovalSpec:
     # how many distinct reviewers must approve.
     reviewers: dict[str, str] | None = None
     quorum: int = 1
+    # After an expiry with no decision, raised again to each of ``to`` in turn; then "fail"
+    # or "hold" (``{"to": [{"group": "managers"}], "then": "hold"}``).
+    escalation: dict | None = None
 
 
 def _as_tuple(value: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -219,6 +222,7 @@ class Workflow:
         action: str | None = None,
         reviewers: dict[str, str] | None = None,
         quorum: int = 1,
+        escalation: dict | None = None,
     ) -> ApprovalSpec:
         """A state where the run waits (status ``waiting_approval``) until a person decides:
         one of ``reviewers`` (``{"role": "admin"}``, ``{"group": "legal"}``; None: anyone who
@@ -232,6 +236,7 @@ class Workflow:
             action=action,
             reviewers=dict(reviewers) if reviewers else None,
             quorum=quorum,
+            escalation=dict(escalation) if escalation else None,
         )
         self.approvals[state] = spec
         return spec
@@ -288,6 +293,7 @@ class Workflow:
                     "action": self._approval_action(raw, spec),
                     **({"reviewers": spec.reviewers} if spec.reviewers else {}),
                     **({"quorum": spec.quorum} if spec.quorum != 1 else {}),
+                    **({"escalation": spec.escalation} if spec.escalation else {}),
                 }
                 for state, spec in self.approvals.items()
             }

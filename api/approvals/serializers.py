@@ -122,6 +122,7 @@ class ApprovalRequestSerializer(serializers.ModelSerializer):
             "required_approvals",
             "reviewers",
             "quorum",
+            "escalation_level",
             "status",
             "status_reason",
             "expires_at",

@@ -65,13 +65,15 @@ def request_insert(
     requester: AbstractBaseUser | None,
     requester_label: str,
     actor: Actor,
+    escalation_level: int = 0,
+    reason: str = "",
 ) -> ApprovalRequest:
     """Supersede the run's live request for ``action`` and insert a new one bound to the
     run's current version and checkpoint, decided by the reviewers the workflow declares
     for it and needing at least its declared quorum (``reviewers_declared``). Call inside a
     transaction holding the run lock."""
     now = timezone.now()
-    declared = reviewers_declared(run=run, action=action)
+    declared = reviewers_declared(run=run, action=action, level=escalation_level)
     required_approvals = max(required_approvals, declared.quorum)
     previous = ApprovalRequest.objects.filter(run=run).order_by("-created_at", "-pk").first()
     live = list(ApprovalRequest.objects.filter(run=run, action=action, status__in=LIVE_STATUSES))
@@ -106,6 +108,8 @@ def request_insert(
         required_approvals=required_approvals,
         reviewer_role=declared.role,
         reviewer_group=declared.group,
+        escalation_level=escalation_level,
+        status_reason=reason,
         expires_at=expires_at,
         previous=previous,
     )
@@ -123,6 +127,7 @@ def request_insert(
             "expires_at": expires_at.isoformat(),
             "required_approvals": required_approvals,
             "reviewers": {"role": declared.role, "group": declared.group},
+            "escalation_level": escalation_level,
             "supersedes": [str(old.pk) for old in live],
         },
     )
@@ -134,7 +139,10 @@ def request_insert(
     outbox_enqueue(
         run=run,
         kind="approval.notify",
-        payload={"request_id": str(request.pk), "event": "requested"},
+        payload={
+            "request_id": str(request.pk),
+            "event": "escalated" if escalation_level else "requested",
+        },
     )
     send_after_commit(signals.approval_requested, request=request)
     return request

@@ -39,7 +39,11 @@ from cairn.errors import (
     CairnError,
 )
 from checkpoints.models import Run
-from checkpoints.services.workflows import approval_action, approval_reviewers
+from checkpoints.services.workflows import (
+    approval_action,
+    approval_escalation,
+    approval_reviewers,
+)
 from tenants import roles
 from tenants.models import ReviewerGroup, ReviewerGroupMember, Tenant
 from tenants.services import permissions_of
@@ -197,19 +201,34 @@ class Reviewers:
     role: str = ""
     group: str = ""
     quorum: int = 1
+    # The escalation levels after this one's (each {"role"|"group": …}) and how the last
+    # one ends ("fail" or "hold"); none: an expired request is renewed once, as ever.
+    escalation: tuple[dict[str, str], ...] = ()
+    then: str = "fail"
 
 
-def reviewers_declared(*, run: Run, action: str) -> Reviewers:
-    """What the run's workflow declares for an approval of ``action``: at the approval state
-    the run is in, else at the approval state that declares ``action`` (a runner may ask
-    before it moves there). Reads the run's workflow definition."""
+def reviewers_declared(*, run: Run, action: str, level: int = 0) -> Reviewers:
+    """What the run's workflow declares for an approval of ``action`` at escalation
+    ``level`` (0: the reviewers; n: ``escalation.to[n-1]``): at the approval state the run
+    is in, else at the approval state that declares ``action`` (a runner may ask before it
+    moves there). Reads the run's workflow definition."""
     definition = run.workflow.definition
     gates = list(definition.get("approval_states") or ())
     states = [run.state] if run.state in gates else gates
     for state in states:
         if approval_action(definition, state) == action:
             declared, quorum = approval_reviewers(definition, state)
-            return Reviewers(declared.get("role", ""), declared.get("group", ""), quorum)
+            escalation = approval_escalation(definition, state) or {}
+            levels = tuple(escalation.get("to") or ())
+            if 0 < level <= len(levels):
+                declared = levels[level - 1]
+            return Reviewers(
+                declared.get("role", ""),
+                declared.get("group", ""),
+                quorum,
+                levels,
+                escalation.get("then", "fail"),
+            )
     return Reviewers()
 
 
@@ -267,13 +286,20 @@ def decides_for(*, request: ApprovalRequest, user: AbstractBaseUser) -> Abstract
     return None
 
 
-def reviewers_label(request: ApprovalRequest) -> str:
-    """Who decides ``request``, as a sentence fragment ("the reviewer group 'legal'")."""
-    if request.reviewer_group:
-        return f"the reviewer group '{request.reviewer_group}'"
-    if request.reviewer_role:
-        return f"members with the {request.reviewer_role} role"
+def _label(role: str, group: str) -> str:
+    if group:
+        return f"the reviewer group '{group}'"
+    if role:
+        return f"members with the {role} role"
     return "anyone who may review the run"
+
+
+def reviewers_label(request: ApprovalRequest | Reviewers) -> str:
+    """Who decides ``request`` (or a declaration), as a sentence fragment ("the reviewer
+    group 'legal'")."""
+    if isinstance(request, Reviewers):
+        return _label(request.role, request.group)
+    return _label(request.reviewer_role, request.reviewer_group)
 
 
 def reviewer_refusal(*, request: ApprovalRequest, user: AbstractBaseUser) -> str:

@@ -26,7 +26,10 @@ LIST_KEYS = ("states", "terminal", "approval_states", "effect_states")
 # there allows, who may decide (``reviewers``: a role or a reviewer group of the tenant) and
 # how many distinct reviewers must approve (``quorum``). What else an approval state
 # declares belongs here too.
-APPROVAL_FIELDS = ("action", "reviewers", "quorum")
+APPROVAL_FIELDS = ("action", "reviewers", "quorum", "escalation")
+# After the last escalation level expires with no decision: the run fails, or it is held.
+ESCALATION_ENDINGS = ("fail", "hold")
+MAX_ESCALATION_LEVELS = 5
 REVIEWER_ROLES = ("reviewer", "admin")
 MAX_QUORUM = 20
 
@@ -136,7 +139,30 @@ def _approvals_normalize(
                 problems[f"approvals.{state}.quorum"] = f"a whole number from 1 to {MAX_QUORUM}"
             else:
                 declared[state]["quorum"] = quorum
+        if "escalation" in entry:
+            escalation = _escalation_normalize(entry["escalation"])
+            if escalation is None:
+                problems[f"approvals.{state}.escalation"] = (
+                    '{"to": [1-5 reviewers, each {"role": …} or {"group": …}], "then": '
+                    f"one of {list(ESCALATION_ENDINGS)}}}"
+                )
+            else:
+                declared[state]["escalation"] = escalation
     return declared
+
+
+def _escalation_normalize(raw: Any) -> dict[str, Any] | None:
+    """``{"to": [reviewers, …], "then": "fail"|"hold"}`` (``then`` defaults to fail)."""
+    if not isinstance(raw, dict) or set(raw) - {"to", "then"}:
+        return None
+    levels = raw.get("to")
+    if not isinstance(levels, list) or not 1 <= len(levels) <= MAX_ESCALATION_LEVELS:
+        return None
+    normal = [_reviewers_normalize(level) for level in levels]
+    then = raw.get("then", "fail")
+    if any(level is None for level in normal) or then not in ESCALATION_ENDINGS:
+        return None
+    return {"to": normal, "then": then}
 
 
 def _reviewers_normalize(raw: Any) -> dict[str, str] | None:
@@ -176,6 +202,12 @@ def approval_reviewers(definition: dict[str, Any], state: str) -> tuple[dict[str
     ``{"group": …}``) and the quorum of distinct reviewers, as the definition declares them."""
     declared = (definition.get("approvals") or {}).get(state) or {}
     return dict(declared.get("reviewers") or {}), int(declared.get("quorum") or 1)
+
+
+def approval_escalation(definition: dict[str, Any], state: str) -> dict[str, Any] | None:
+    """The escalation ``state`` declares (``{"to": [reviewers, …], "then": …}``), or None."""
+    declared = (definition.get("approvals") or {}).get(state) or {}
+    return declared.get("escalation")
 
 
 def _successors(definition: dict[str, Any]) -> dict[str, list[str]]:
