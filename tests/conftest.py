@@ -18,6 +18,7 @@ pytest_plugins = [
     "tests.publishing",
     "tests.s3_fixtures",
     "tests.receivers",
+    "tests.smtp_support",
 ]
 
 
