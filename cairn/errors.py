@@ -177,6 +177,12 @@ class AlreadyMember(CairnError):
     code, status = "already_member", 409
 
 
+class GroupExists(CairnError):
+    """A reviewer group of that name already exists in the tenant."""
+
+    code, status = "group_exists", 409
+
+
 class LegalHoldActive(CairnError):
     """A deletion was asked for data under legal hold (a run's or the whole tenant's)."""
 

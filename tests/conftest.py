@@ -19,6 +19,7 @@ pytest_plugins = [
     "tests.publishing",
     "tests.s3_fixtures",
     "tests.receivers",
+    "tests.smtp_support",
 ]
 
 

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import timedelta
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 from rest_framework.test import APIClient
 
+from approvals.services.delegations import delegation_create
 from checkpoints.models import Run
 from checkpoints.services.artifacts import artifact_store
 from checkpoints.services.checkpoints import checkpoint_commit
 from tenants.grants import run_grant_create
 from tenants.members import member_invite
 from tenants.models import AuditEvent
+from tenants.reviewer_groups import reviewer_group_create, reviewer_group_member_add
 from tenants.services import Actor, token_issue
 from tests.actions_support import operation
 from tests.approvals_support import ask, at_review, draft
@@ -88,6 +92,15 @@ REQUIRED: dict[str, str] = {
     "tenants:revoke_token": ADMIN,
     "tenants:grant": ADMIN,
     "tenants:revoke_grant": ADMIN,
+    "tenants:reviewer_groups": ADMIN,
+    "tenants:reviewer_group_create": ADMIN,
+    "tenants:reviewer_group_delete": ADMIN,
+    "tenants:reviewer_group_add": ADMIN,
+    "tenants:reviewer_group_remove": ADMIN,
+    "api:reviewer-groups": ADMIN,
+    "api:reviewer-group": ADMIN,
+    "api:reviewer-group-members": ADMIN,
+    "api:reviewer-group-member": ADMIN,
     "tenants:audit": OPERATOR,
     "tenants:audit_csv": OPERATOR,
     "tenants:audit_jsonl": OPERATOR,
@@ -112,6 +125,12 @@ REQUIRED: dict[str, str] = {
     "console:health": OPERATOR,
     "console:run_start": OPERATOR,
     "approvals:mine": REVIEWER,
+    "approvals:notifications": REVIEWER,  # one's own preferences
+    "approvals:delegations": REVIEWER,  # one's own delegations
+    "approvals:delegation_end": REVIEWER,
+    "approvals_api:delegations": REVIEWER,
+    "approvals_api:delegation": REVIEWER,
+    "approvals_api:notification-preferences": REVIEWER,
     "console:retention": ADMIN,
     "console:retention_preview": ADMIN,
     "console:retention_remove": ADMIN,
@@ -137,6 +156,8 @@ ROW_PARAMS = {
     "user_id",
     "token_id",
     "grant_id",
+    "name",  # a reviewer group's name
+    "delegation_id",
 }
 # Routes that name an acme row in the body rather than the path: charlie's request must
 # change nothing of acme's (checked at the end), and answer this status where one is given.
@@ -206,6 +227,16 @@ def acme_rows(acme, alice, bob, carol, charlie, run) -> Acme:  # noqa: ANN001
     grant = run_grant_create(tenant=acme, run_id=run.pk, user=dave, actor=Actor(user=alice))
     UserFactory(username="nobody")
     invited = member_invite(tenant=acme, username="erin", role="reviewer", actor=Actor(user=alice))
+    delegation = delegation_create(
+        tenant=acme,
+        delegate_username="alice",
+        ends_at=timezone.now() + timedelta(days=1),
+        actor=Actor(user=carol),
+    )
+    reviewer_group_create(tenant=acme, name="acme-legal-7", actor=Actor(user=alice))
+    reviewer_group_member_add(
+        tenant=acme, name="acme-legal-7", username="carol", actor=Actor(user=alice)
+    )
     values = {
         "run_id": run.pk,
         "sequence": 1,
@@ -220,6 +251,9 @@ def acme_rows(acme, alice, bob, carol, charlie, run) -> Acme:  # noqa: ANN001
         "action": "cancel",
         "uidb64": "MQ",
         "token": "set-password",
+        "name": "acme-legal-7",
+        "delegation_id": delegation.pk,
+        "username": "carol",
         "invitation_id": invited.link_path.strip("/").split("/")[1],
     }
     bodies = {
