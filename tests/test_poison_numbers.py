@@ -181,20 +181,25 @@ def test_an_existing_poisoned_checkpoint_is_an_integrity_problem_never_a_500(
         assert page.status_code == 200, (path, page.status_code)
     page = client.get(f"/runs/{poisoned.id}/checkpoints/2/").content.decode()
     assert "Integrity" in page and "2^53" in page
-    # The head cannot be checked against its hash: no checkpoint follows it (409 naming
-    # it, not an undocumented 422), and a fork that replaces the value goes on.
+    # The head cannot be checked against its hash: reading it is a 409 naming it, not an
+    # undocumented 422.
     api_read = api.get(f"/api/v1/runs/{poisoned.id}/checkpoints/2")
     assert api_read.status_code == 409 and "2^53" in api_read.json()["detail"]
-    commit = api.post(
-        f"/api/v1/runs/{poisoned.id}/checkpoints",
-        {"expected_version": poisoned.version, "state": "review", "envelope": {"inputs": {}}},
-        format="json",
-    )
-    assert commit.status_code == 409, commit.content
-    assert commit.json()["code"] == "integrity_failure" and "fork" in commit.json()["detail"]
     fork = api.post(
         f"/api/v1/runs/{poisoned.id}/actions/fork",
         {"from_sequence": 2, "reason": "replace n", "inputs_patch": {"n": "1e20"}},
         format="json",
     )
     assert fork.status_code == 201, fork.content
+    # The run is no dead end either: a commit checks the head's position and hash in its own
+    # statement without opening its envelope, so it goes on past it, and verify still names
+    # the checkpoint it cannot check.
+    commit = api.post(
+        f"/api/v1/runs/{poisoned.id}/checkpoints",
+        {"expected_version": poisoned.version, "state": "review", "envelope": {"inputs": {}}},
+        format="json",
+    )
+    assert commit.status_code == 201, commit.content
+    verify = api.get(f"/api/v1/runs/{poisoned.id}/verify").json()
+    assert verify["ok"] is False
+    assert any("checkpoint 2" in p and "2^53" in p for p in verify["problems"])

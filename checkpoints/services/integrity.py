@@ -73,6 +73,15 @@ def run_head_problem(run: Run, envelope: dict[str, Any]) -> str | None:
     return f"the run's row says {' and '.join(differ)}; the row was altered after it was written"
 
 
+def checkpoint_position_verify(checkpoint: Checkpoint, envelope: dict[str, Any]) -> None:
+    """Raises IntegrityFailure when the row's position is not its envelope's: what a fork
+    starts from must be the sealed position. A value the envelope cannot be hashed with again
+    is no reason to refuse a fork, whose patch is the way to replace it."""
+    problem = checkpoint_columns_problem(checkpoint, envelope)
+    if problem:
+        raise IntegrityFailure(f"Integrity failure: {problem}.")
+
+
 def checkpoint_columns_verify(checkpoint: Checkpoint, envelope: dict[str, Any]) -> None:
     """Raises IntegrityFailure when the row's position is not its envelope's, or the
     envelope holds a value it cannot be hashed with again (a whole number past 2^53,

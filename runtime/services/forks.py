@@ -36,7 +36,7 @@ from checkpoints.models import (
 )
 from checkpoints.services import outbox
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS
-from checkpoints.services.integrity import checkpoint_columns_verify
+from checkpoints.services.integrity import checkpoint_position_verify
 from checkpoints.services.reads import checkpoint_envelope, run_get
 from checkpoints.services.workflows import gated_states, states_behind
 from runtime.services.actions import reason_clean, run_reload, version_check
@@ -173,7 +173,7 @@ def _fork_plan(source: Run, from_sequence: int, inputs_patch: dict[str, Any] | N
     checkpoint = _checkpoint_at(source, from_sequence)
     envelope = _envelope_of(checkpoint)
     # The fork starts at the checkpoint's row position: it must be the sealed one.
-    checkpoint_columns_verify(checkpoint, envelope)
+    checkpoint_position_verify(checkpoint, envelope)
     if checkpoint.state in source.workflow.definition.get("terminal", []):
         raise ActionNotAllowed(
             f"Checkpoint {from_sequence} is in the terminal state {checkpoint.state}; a "
