@@ -158,15 +158,14 @@ def test_retry_offers_only_the_workflows_steps(console, wrun):
 def test_fork_confirmation_names_the_effects_that_may_happen_again(console, wrun, bob):
     run = advance(wrun, bob, "publish")
     operation(run, "pub-1", "confirmed")
-    html = post(console, run, "fork", from_sequence=2, inputs='{"question": "why?", "lang": "de"}').content
+    german = '{"question": "why?", "lang": "de"}'
+    html = post(console, run, "fork", from_sequence=2, inputs=german).content
     html = html.decode()
     assert 'data-warning="pub-1"' in html
     assert "confirmed after checkpoint 2" in html
     assert "Inputs changed: lang." in html
     assert Run.objects.count() == 1
-    response = post(
-        console, run, "fork", confirm=True, from_sequence=2, inputs='{"question": "why?", "lang": "de"}'
-    )
+    response = post(console, run, "fork", confirm=True, from_sequence=2, inputs=german)
     fork = Run.objects.exclude(pk=run.pk).get()
     assert response["Location"] == f"/runs/{fork.pk}/"
     assert (fork.forked_from_run_id, fork.forked_from_checkpoint.sequence) == (run.pk, 2)
@@ -180,9 +179,7 @@ def test_fork_refuses_inputs_that_are_not_a_json_object(console, wrun):
     assert "must be a JSON object" in html
     html = post(console, wrun, "fork", from_sequence=1, inputs="{nope").content.decode()
     assert "This is not JSON" in html
-    html = post(
-        console, wrun, "fork", from_sequence=1, inputs=f'{{"n": {2**60}}}'
-    ).content.decode()
+    html = post(console, wrun, "fork", from_sequence=1, inputs=f'{{"n": {2**60}}}').content.decode()
     assert "This cannot be stored: the inputs.n is an integer outside" in html
     assert Run.objects.filter(forked_from_run=wrun).count() == 0
 
