@@ -200,6 +200,10 @@ FREE_TEXT: dict[str, tuple[Callable[[dict], object], Callable[[], models.QuerySe
         lambda w: _post(w["bob"], f"/api/v1/runs/{w['run'].id}/actions/cancel", {"reason": SECRET}),
         lambda: Run.objects.filter(status_reason__contains=SECRET),
     ),
+    "checkpoints.Run.pause_reason": (
+        lambda w: _post(w["bob"], f"/api/v1/runs/{w['run'].id}/actions/pause", {"reason": SECRET}),
+        lambda: Run.objects.filter(pause_reason__contains=SECRET),
+    ),
     "tenants.AuditEvent.reason": (
         lambda w: _post(
             w["bob"],
