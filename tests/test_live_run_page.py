@@ -138,3 +138,19 @@ def test_once_the_run_moved_the_poll_withdraws_the_pages_actions(console, acme, 
     # Not moved: the panel is left alone (an open form in it survives the poll).
     still = console.get(f"/runs/{run.pk}/snapshot/?seen={failed.version}").content.decode()
     assert 'id="run-actions"' not in still
+
+
+def test_the_runs_lists_polled_rows_and_counts_answer_304_while_nothing_changed(
+    console, acme, bob
+):
+    run = worker_run(acme, bob)
+    tags = {}
+    for url in (f"/runs/rows/?ids={run.pk}", "/runs/counts/"):
+        first = console.get(url)
+        assert first.status_code == 200 and first["ETag"], url
+        again = console.get(url, headers={"If-None-Match": first["ETag"]})
+        assert (again.status_code, again.content) == (304, b""), url
+        tags[url] = first["ETag"]
+    advance(run, bob, "draft_answer", status="failed")
+    for url, tag in tags.items():
+        assert console.get(url, headers={"If-None-Match": tag}).status_code == 200, url

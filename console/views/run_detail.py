@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import hashlib
 from uuid import UUID
 
 from django.conf import settings
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotModified
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils.http import parse_etags
 
 from approvals.services.evidence import run_evidence_export
 from cairn.errors import CairnError
 from checkpoints.services.artifacts import artifact_read
 from checkpoints.services.integrity import run_head_problem
 from console import run_reads
+from console.conditional import conditional
 from console.machine import machine_drawing
 from runtime.services.actions import FINISHED
 from telemetry.tracing import trace_url
@@ -118,16 +117,8 @@ def run_snapshot(request: HttpRequest, run_id: UUID) -> HttpResponse:
         body += render_to_string(
             "console/run_detail.html#actions", {**context, "oob": True}, request
         )
-    # A poll that finds nothing new costs a 304 without a body: the tag is the body's hash,
-    # and the browser revalidates its copy on every poll (private, no-cache).
-    etag = f'"{hashlib.blake2b(body.encode(), digest_size=16).hexdigest()}"'
-    if etag in parse_etags(request.headers.get("If-None-Match", "")):
-        response: HttpResponse = HttpResponseNotModified()
-    else:
-        response = HttpResponse(body)
-    response["ETag"] = etag
-    response["Cache-Control"] = "private, no-cache"
-    return response
+    # A poll that finds nothing new costs a 304 without a body (console.conditional).
+    return conditional(request, HttpResponse(body))
 
 
 @console_view(roles.OPERATE)
