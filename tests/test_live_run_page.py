@@ -140,9 +140,7 @@ def test_once_the_run_moved_the_poll_withdraws_the_pages_actions(console, acme, 
     assert 'id="run-actions"' not in still
 
 
-def test_the_runs_lists_polled_rows_and_counts_answer_304_while_nothing_changed(
-    console, acme, bob
-):
+def test_the_runs_lists_polled_rows_and_counts_answer_304_while_nothing_changed(console, acme, bob):
     run = worker_run(acme, bob)
     tags = {}
     for url in (f"/runs/rows/?ids={run.pk}", "/runs/counts/"):
