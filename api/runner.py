@@ -4,12 +4,12 @@ signed webhook. Thin views over ``runtime.services.runner`` and ``.webhooks``.""
 from __future__ import annotations
 
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api.serializers import StrictSerializer
+from api.serializers import ErrorSerializer, StrictSerializer
 from api.views import CairnAPIView, _errors
 from cairn.errors import InvalidRequest
 from checkpoints.models import RunnerWebhook
@@ -47,8 +47,19 @@ class RunNextView(CairnAPIView):
                 description=f"seconds to wait for the next command (0-{MAX_WAIT_SECONDS})",
             )
         ],
-        responses={200: NextCommandSerializer, **_errors(400, 404)},
+        responses={
+            200: NextCommandSerializer,
+            **_errors(400, 404),
+            429: OpenApiResponse(
+                ErrorSerializer,
+                description="too_many_waits: the tenant already holds CAIRN_WAITS_PER_TENANT "
+                "waits on this web process; nothing waited. Retry-After says when to ask again.",
+            ),
+        },
         summary="Long-poll: the run's next command, as soon as it is due",
+        description="Sleeps until the run changes (a notification from the change's "
+        "transaction) or a retry comes due, then answers; a wait holds a server thread, so "
+        "each tenant may hold a limited number at once (429 past it).",
     )
     def get(self, request: Request, run_id: str) -> Response:
         raw = request.query_params.get("wait", "0")

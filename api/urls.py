@@ -2,6 +2,7 @@ from django.urls import path
 
 from api import actions, views
 from api import operations as operations_api
+from api import reviewer_groups as groups_api
 from api import runner as runner_api
 from api.schema import SchemaView
 
@@ -16,6 +17,22 @@ urlpatterns = [
         "workflows/<str:workflow_type>/versions/<str:version>",
         views.WorkflowVersionView.as_view(),
         name="workflow-version",
+    ),
+    path("reviewer-groups", groups_api.ReviewerGroupListView.as_view(), name="reviewer-groups"),
+    path(
+        "reviewer-groups/<str:name>",
+        groups_api.ReviewerGroupView.as_view(),
+        name="reviewer-group",
+    ),
+    path(
+        "reviewer-groups/<str:name>/members",
+        groups_api.ReviewerGroupMembersView.as_view(),
+        name="reviewer-group-members",
+    ),
+    path(
+        "reviewer-groups/<str:name>/members/<str:username>",
+        groups_api.ReviewerGroupMemberView.as_view(),
+        name="reviewer-group-member",
     ),
     path("runs", views.RunListView.as_view(), name="runs"),
     path("runs/<uuid:run_id>", views.RunDetailView.as_view(), name="run"),

@@ -41,3 +41,28 @@ def mark_comment_invalid(form: DecisionForm, error: str) -> None:
             "autofocus": True,
         }
     )
+
+
+class PreferencesForm(forms.Form):
+    """A reviewer's notification preferences. An empty chat URL keeps the one set; the
+    "forget" box removes it."""
+
+    email = forms.BooleanField(required=False, label="Email me when a request waits for me")
+    chat = forms.BooleanField(required=False, label="Send a chat message too")
+    chat_url = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Slack-compatible incoming-webhook URL",
+        help_text="Leave empty to keep the URL already set.",
+    )
+    forget_chat_url = forms.BooleanField(required=False, label="Forget the chat URL")
+
+
+class DelegationForm(forms.Form):
+    delegate = forms.CharField(max_length=150, label="Reviewer who decides in your place")
+    ends_at = forms.DateTimeField(
+        label="Until (UTC)",
+        help_text="e.g. 2026-12-24 18:00; at most 90 days from now.",
+        widget=forms.DateTimeInput(attrs={"placeholder": "YYYY-MM-DD HH:MM"}),
+    )
+    reason = forms.CharField(required=False, max_length=4000, label="Reason (recorded)")

@@ -53,7 +53,16 @@ class ApprovalRequest(models.Model):
         related_name="approval_requests",
     )
     requester_label = models.CharField(max_length=200)  # username, or a worker's name
+    # The quorum: approvals by this many distinct reviewers grant the request.
     required_approvals = models.PositiveSmallIntegerField(default=1)
+    # Who may decide, as the approval state declared it when the request was raised: a role
+    # ("reviewer", "admin") or a reviewer group of the tenant, by name; both blank: anyone
+    # who may review the run (``approvals.services.standing.reviewer_refusal``).
+    reviewer_role = models.CharField(max_length=16, blank=True)
+    reviewer_group = models.CharField(max_length=64, blank=True)
+    # 0: raised to the declared reviewers; n: the n-th escalation ("escalation.to[n-1]"),
+    # raised after the previous level expired with no decision (its reason: status_reason).
+    escalation_level = models.PositiveSmallIntegerField(default=0)
     status = models.CharField(
         max_length=16, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING
     )
@@ -61,6 +70,8 @@ class ApprovalRequest(models.Model):
     expires_at = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
+    # When its reviewers were told it is about to expire (``approvals.notify``), once.
+    reminded_at = models.DateTimeField(null=True, blank=True)
     consumed_at = models.DateTimeField(null=True, blank=True)
     # The request this one replaced (an expired or superseded one), for the reviewer's diff.
     previous = models.ForeignKey(
@@ -110,6 +121,14 @@ class ApprovalDecision(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approval_decisions"
     )
     decision = models.CharField(max_length=8, choices=DecisionKind.choices)
+    # Decided through a delegation: the vote is this reviewer's (the delegator's).
+    on_behalf_of = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="approval_decisions_delegated",
+    )
     artifact_sha256 = models.CharField(max_length=64)  # the hash the reviewer was shown
     comment = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -133,3 +152,89 @@ class ApprovalDecision(models.Model):
 
     def delete(self, *args, **kwargs):  # noqa: ANN002, ANN003
         raise ImmutableDecision("approval decisions are never deleted")
+
+
+class NotificationPreference(models.Model):
+    """How one member of one tenant wants to be told that a request waits for them: by
+    email (to their account's address) and/or a chat message to a Slack-compatible
+    incoming-webhook URL. No row: email on, chat off."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    email = models.BooleanField(default=True)
+    chat = models.BooleanField(default=False)
+    # Stored like a runner webhook's URL; never shown back in full, never logged.
+    chat_url = models.URLField(max_length=500, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user"], name="notification_pref_one")
+        ]
+
+    def __str__(self) -> str:
+        return f"preferences of {self.user_id} in {self.tenant_id}"
+
+
+class NotificationChannel(models.TextChoices):
+    EMAIL = "email"
+    CHAT = "chat"
+
+
+class ApprovalNotification(models.Model):
+    """One message to one reviewer about one request, on one channel, for one event. The
+    unique key is what makes delivery "never twice": planning the same event again finds
+    the row; a second delivery of it finds it sent (or claimed) and does nothing."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    request = models.ForeignKey(
+        ApprovalRequest, on_delete=models.CASCADE, related_name="notifications"
+    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    channel = models.CharField(max_length=8, choices=NotificationChannel.choices)
+    event = models.CharField(max_length=16)  # requested, expiring
+    created_at = models.DateTimeField(auto_now_add=True)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["request", "user", "channel", "event"], name="notification_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel} to {self.user_id} for {self.request_id} ({self.event})"
+
+
+class Delegation(models.Model):
+    """A reviewer lets another reviewer of the tenant decide in their place for a period:
+    the delegate may decide what the delegator may decide (their role or reviewer group),
+    never a request the delegator is involved in (four eyes), and a decision made so
+    counts as the delegator's one vote toward a quorum. Revoking sets ``revoked_at``."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+    delegator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="delegations_given"
+    )
+    delegate = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="delegations_received"
+    )
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["tenant", "delegate", "ends_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.delegator_id} → {self.delegate_id} until {self.ends_at}"

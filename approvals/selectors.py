@@ -5,12 +5,17 @@ from __future__ import annotations
 from uuid import UUID
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Exists, F, OuterRef, QuerySet
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from approvals.four_eyes import four_eyes_involved
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus
-from approvals.services.standing import ApprovalAsk, ApprovalStanding, approval_standing
+from approvals.services.standing import (
+    ApprovalAsk,
+    ApprovalStanding,
+    approval_standing,
+    reviewer_filter,
+)
 from cairn.errors import NotFound
 from checkpoints.models import (
     ACTIVE_STATUSES,
@@ -44,15 +49,20 @@ def review_queue(*, tenant: Tenant, user: AbstractBaseUser) -> QuerySet:
     Empty for a user without the review role; only the granted runs for a holder of run
     grants. Leaves out the requests the user may not decide by the four-eyes rule (they
     started the run, asked, or uploaded or committed the artifact) and those the user has
-    already decided (a request needing several approvals stays pending). A request whose
+    already decided (a request needing several approvals stays pending), and those whose
+    approval state declares reviewers the user is not among (``reviewer_filter``). A
+    request whose
     run moved past the bound version, or ended, is left out too: deciding it would only be
     refused as stale.
     """
-    decided = ApprovalDecision.objects.filter(request=OuterRef("pk"), approver=user)
+    decided = ApprovalDecision.objects.filter(request=OuterRef("pk")).filter(
+        Q(approver=user) | Q(on_behalf_of=user)
+    )
     return (
         requests_for_tenant(tenant, status=ApprovalStatus.PENDING, user=user)
         .filter(expires_at__gt=timezone.now())
         .filter(run__version=F("run_version"), run__status__in=OPEN_RUN_STATUSES)
+        .filter(reviewer_filter(user=user, tenant=tenant))
         .exclude(four_eyes_involved(user))
         .exclude(Exists(decided))
         .order_by("expires_at", "id")

@@ -1,4 +1,5 @@
-"""Notification hook: mail or chat integrations connect here. Cairn itself sends nothing.
+"""Integration hook: other integrations connect here. Cairn's own reviewer notifications
+(email, chat) go through the outbox instead (``approvals.notify``).
 
 Both signals are sent after the transaction that wrote the request or decision commits, so
 a receiver always finds the rows it is told about. A receiver that raises is logged and

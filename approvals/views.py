@@ -20,7 +20,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals.forms import DecisionForm, mark_comment_invalid
+from approvals.forms import DecisionForm, DelegationForm, PreferencesForm, mark_comment_invalid
 from approvals.four_eyes import four_eyes_refusal
 from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.rendering import decode_text, diff_lines, render_artifact, time_left
@@ -32,6 +32,16 @@ from approvals.selectors import (
     review_queue,
 )
 from approvals.services import approval_decide
+from approvals.services.delegations import (
+    delegation_create,
+    delegation_revoke,
+    delegations_of,
+)
+from approvals.services.preferences import (
+    notification_preferences_get,
+    notification_preferences_set,
+)
+from approvals.services.standing import quorum_progress, reviewer_refusal, reviewers_label
 from cairn.errors import CairnError, IntegrityFailure, NotFound
 from checkpoints.models import RunStatus
 from checkpoints.services.artifacts import artifact_read
@@ -74,6 +84,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
         "page": page,
         "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
         "limit": QUEUE_LIMIT,
+        "delegations": list(delegations_of(tenant=request.console.tenant, user=request.user)),
     }
     template = "approvals/inbox.html#queue" if request.htmx else "approvals/inbox.html"
     return render(request, template, context)
@@ -104,6 +115,9 @@ def _why_not(row: ApprovalRequest, user: object, expired: bool) -> str:
         RunStatus.RUNNING,
     ):
         return "The run moved on since this request was made; it can no longer be decided."
+    not_theirs = reviewer_refusal(request=row, user=user)
+    if not_theirs:
+        return f"{not_theirs}."
     involved = four_eyes_refusal(request=row, user=user)
     if involved:
         return f"{involved}."
@@ -203,6 +217,8 @@ def _status_context(row: ApprovalRequest, user: object) -> dict[str, object]:
         "time_left": time_left((row.expires_at - now).total_seconds()),
         "expired": expired,
         "why_not": _why_not(row, user, expired),
+        "quorum": quorum_progress(row),
+        "reviewers": reviewers_label(row),
         "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
     }
 
@@ -325,3 +341,89 @@ def decide(request: HttpRequest, approval_id: object) -> HttpResponse:
         why = "your comment" if decision.comment else "the rejection"
         messages.success(request, f"Rejected. The run ends with {why} as the reason.")
     return redirect("approvals:review", approval_id=row.pk)
+
+
+@console_view(roles.REVIEWERS)
+def notifications(request: HttpRequest) -> HttpResponse:
+    """The signed-in reviewer's notification preferences in this tenant."""
+    if request.method not in ("GET", "POST"):
+        return HttpResponse(status=405, headers={"Allow": "GET, POST"})
+    tenant, status, refusal = request.console.tenant, 200, ""
+    prefs = notification_preferences_get(tenant=tenant, user=request.user)
+    form = PreferencesForm(initial={"email": prefs.email, "chat": prefs.chat})
+    if request.method == "POST":
+        form = PreferencesForm(request.POST)
+        if not form.is_valid():
+            status, refusal = 400, "The preferences form is incomplete; nothing was changed."
+        else:
+            data = form.cleaned_data
+            url = "" if data["forget_chat_url"] else (data["chat_url"].strip() or None)
+            try:
+                notification_preferences_set(
+                    tenant=tenant,
+                    user=request.user,
+                    actor=request.console.actor,
+                    email=data["email"],
+                    chat=data["chat"],
+                    chat_url=url,
+                )
+            except CairnError as error:
+                status = error.status
+                refusal = " ".join([error.detail, *(error.fields or {}).values()])
+            else:
+                messages.success(request, "Your notification preferences are saved.")
+                return redirect("approvals:notifications")
+    context = {"prefs": prefs, "form": form, "refusal": refusal}
+    return render(request, "approvals/notifications.html", context, status=status)
+
+
+@console_view(roles.REVIEWERS)
+def delegations(request: HttpRequest) -> HttpResponse:
+    """The signed-in reviewer's delegations: give one, see those given and received."""
+    if request.method not in ("GET", "POST"):
+        return HttpResponse(status=405, headers={"Allow": "GET, POST"})
+    tenant, status, refusal = request.console.tenant, 200, ""
+    form = DelegationForm()
+    if request.method == "POST":
+        form = DelegationForm(request.POST)
+        if not form.is_valid():
+            status, refusal = 400, "The delegation form is incomplete; nothing was changed."
+        else:
+            data = form.cleaned_data
+            ends_at = data["ends_at"]  # aware: read in TIME_ZONE (UTC)
+            try:
+                row = delegation_create(
+                    tenant=tenant,
+                    delegate_username=data["delegate"],
+                    ends_at=ends_at,
+                    reason=data["reason"],
+                    actor=request.console.actor,
+                )
+            except CairnError as error:
+                status = error.status
+                refusal = " ".join([error.detail, *(error.fields or {}).values()])
+            else:
+                messages.success(
+                    request,
+                    f"{row.delegate.get_username()} decides in your place until "
+                    f"{row.ends_at:%Y-%m-%d %H:%M} UTC.",
+                )
+                return redirect("approvals:delegations")
+    rows = list(delegations_of(tenant=tenant, user=request.user))
+    context = {"rows": rows, "form": form, "refusal": refusal, "me": request.user.pk}
+    return render(request, "approvals/delegations.html", context, status=status)
+
+
+@require_POST
+@console_view(roles.REVIEWERS)
+def delegation_end(request: HttpRequest, delegation_id: object) -> HttpResponse:
+    try:
+        delegation_revoke(
+            tenant=request.console.tenant,
+            delegation_id=delegation_id,
+            actor=request.console.actor,
+        )
+    except NotFound:
+        raise Http404("No such delegation of yours.")
+    messages.success(request, "The delegation has ended.")
+    return redirect("approvals:delegations")

@@ -92,6 +92,13 @@ class SigningKeyUnavailable(CairnError):
     code, status = "key_unavailable", 503
 
 
+class TooManyWaits(CairnError):
+    """A tenant holds as many long-polls on this web process as it may."""
+
+    code, status = "too_many_waits", 429
+    retry_after = 2
+
+
 class IntegrityFailure(CairnError):
     """Stored data failed its hash or authentication check (tampering or damage)."""
 
@@ -168,6 +175,12 @@ class TokenNotYours(CairnError):
 
 class AlreadyMember(CairnError):
     code, status = "already_member", 409
+
+
+class GroupExists(CairnError):
+    """A reviewer group of that name already exists in the tenant."""
+
+    code, status = "group_exists", 409
 
 
 class LegalHoldActive(CairnError):

@@ -252,6 +252,9 @@ CAIRN_EVIDENCE_KEY_GENERATE = not env("CAIRN_EVIDENCE_KEY_FILE")
 
 # --- Runtime -----------------------------------------------------------------------------
 CAIRN_LEASE_SECONDS = env_int("CAIRN_LEASE_SECONDS", 60)
+# Long-polls (GET /runs/{id}/next?wait=) one tenant may hold at once in one web process;
+# each holds a server thread while it waits, so keep it well below the threads per process.
+CAIRN_WAITS_PER_TENANT = env_int("CAIRN_WAITS_PER_TENANT", 4)
 # Worker heartbeats (runtime.heartbeats): each worker process beats this often; one silent
 # for CAIRN_WORKER_DEAD_SECONDS is dead, and its runs are taken over without waiting for
 # their leases to expire. A clock further than CAIRN_CLOCK_SKEW_LIMIT_SECONDS from the
@@ -262,6 +265,24 @@ CAIRN_CLOCK_SKEW_LIMIT_SECONDS = float(env("CAIRN_CLOCK_SKEW_LIMIT_SECONDS", "2"
 CAIRN_OUTBOX_CLAIM_SECONDS = env_int("CAIRN_OUTBOX_CLAIM_SECONDS", 30)
 CAIRN_DISPATCH_ON_COMMIT = env_bool("CAIRN_DISPATCH_ON_COMMIT", True)
 CAIRN_CONSOLE_REFRESH_SECONDS = env_int("CAIRN_CONSOLE_REFRESH_SECONDS", 5)
+# --- Reviewer notifications (approvals.notify) ---------------------------------------------
+# Where a notification's link points: the console as reviewers reach it.
+CAIRN_PUBLIC_URL = env("CAIRN_PUBLIC_URL", "http://127.0.0.1:8000")
+# A pending request's reviewers are reminded once when less than this is left (0: never).
+CAIRN_APPROVAL_REMIND_SECONDS = env_int("CAIRN_APPROVAL_REMIND_SECONDS", 3600)
+# Email goes through Django's SMTP backend to CAIRN_EMAIL_HOST; without one no email is
+# planned (chat messages still are).
+EMAIL_HOST = env("CAIRN_EMAIL_HOST")
+EMAIL_PORT = env_int("CAIRN_EMAIL_PORT", 25)
+EMAIL_HOST_USER = env("CAIRN_EMAIL_USER")
+# The SMTP password is a secret reference (env:NAME or file:NAME), resolved at each send.
+CAIRN_EMAIL_PASSWORD_REF = env("CAIRN_EMAIL_PASSWORD_REF")
+EMAIL_USE_TLS = env_bool("CAIRN_EMAIL_STARTTLS", False)
+EMAIL_USE_SSL = env_bool("CAIRN_EMAIL_SSL", False)
+EMAIL_TIMEOUT = env_int("CAIRN_EMAIL_TIMEOUT_SECONDS", 10)
+DEFAULT_FROM_EMAIL = env("CAIRN_EMAIL_FROM", "cairn@localhost")
+EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+CAIRN_EMAIL_NOTIFICATIONS = env_bool("CAIRN_EMAIL_NOTIFICATIONS", bool(EMAIL_HOST))
 CAIRN_STALLED_OPERATION_SECONDS = env_int("CAIRN_STALLED_OPERATION_SECONDS", 600)
 # A run created over the API (or the console) without max_attempts gets this limit, so a step
 # that keeps failing cannot retry without end.

@@ -85,6 +85,13 @@ class ApprovalSpec:
     rejected: str | None
     artifact: str | None
     action: str | None
+    # Who may decide ({"role": …} or {"group": …}; None: anyone who may review the run) and
+    # how many distinct reviewers must approve.
+    reviewers: dict[str, str] | None = None
+    quorum: int = 1
+    # After an expiry with no decision, raised again to each of ``to`` in turn; then "fail"
+    # or "hold" (``{"to": [{"group": "managers"}], "then": "hold"}``).
+    escalation: dict | None = None
 
 
 def _as_tuple(value: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -213,11 +220,23 @@ class Workflow:
         rejected: str | None = None,
         artifact: str | None = None,
         action: str | None = None,
+        reviewers: dict[str, str] | None = None,
+        quorum: int = 1,
+        escalation: dict | None = None,
     ) -> ApprovalSpec:
-        """A state where the run waits (status ``waiting_approval``) until a person decides."""
+        """A state where the run waits (status ``waiting_approval``) until a person decides:
+        one of ``reviewers`` (``{"role": "admin"}``, ``{"group": "legal"}``; None: anyone who
+        may review the run), ``quorum`` of them distinct, any rejection rejecting."""
         self._claim(state)
         spec = ApprovalSpec(
-            state=state, next=next, rejected=rejected, artifact=artifact, action=action
+            state=state,
+            next=next,
+            rejected=rejected,
+            artifact=artifact,
+            action=action,
+            reviewers=dict(reviewers) if reviewers else None,
+            quorum=quorum,
+            escalation=dict(escalation) if escalation else None,
         )
         self.approvals[state] = spec
         return spec
@@ -270,7 +289,12 @@ class Workflow:
         }
         if self.approvals:
             raw["approvals"] = {
-                state: {"action": self._approval_action(raw, spec)}
+                state: {
+                    "action": self._approval_action(raw, spec),
+                    **({"reviewers": spec.reviewers} if spec.reviewers else {}),
+                    **({"quorum": spec.quorum} if spec.quorum != 1 else {}),
+                    **({"escalation": spec.escalation} if spec.escalation else {}),
+                }
                 for state, spec in self.approvals.items()
             }
         return definition_normalize(raw)

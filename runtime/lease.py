@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Subquery
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -107,14 +108,17 @@ class LeaseKeeper:
         if not self._guard().update(lease_expires_at=expiry):
             self.lost = True
             raise LeaseLost("the run's lease or version changed, or the run ended")
-        self._extend_claim(expiry)
+        self._extend_claim()
 
-    def _extend_claim(self, expiry) -> None:  # noqa: ANN001
-        # The command this worker took lives as long as its lease: nobody publishes it while
-        # the worker is alive, the sweep or the rescue does once the lease has lapsed.
+    def _extend_claim(self) -> None:
+        # The command this worker took lives exactly as long as its lease: nobody publishes it
+        # while the worker is alive, the sweep or the rescue does once the lease has lapsed.
+        # The claim is the lease's expiry read back, not a second Now(): that one, a statement
+        # later, outlived the lease, and a rescue in between skipped the dead worker's run.
         if self.taken_outbox_id is not None:
+            lease = Run.objects.filter(pk=self.run_id).values("lease_expires_at")[:1]
             OutboxMessage.objects.filter(pk=self.taken_outbox_id, sent_at__isnull=True).update(
-                claimed_until=expiry
+                claimed_until=Subquery(lease)
             )
 
     @_protocol
@@ -134,7 +138,7 @@ class LeaseKeeper:
                 .filter(budget_used=self._used)
                 .update(budget_used=used, lease_expires_at=expiry)
             ):
-                return self._charged(used, expiry)
+                return self._charged(used)
         with self._lock, transaction.atomic():
             row = self._guard().select_for_update().values_list("budget_used", flat=True).first()
             if row is None:
@@ -143,7 +147,7 @@ class LeaseKeeper:
             used = self._add(used_merge(row), deltas)
             expiry = self._expiry()
             self._guard().update(budget_used=used, lease_expires_at=expiry)
-            return self._charged(used, expiry)
+            return self._charged(used)
 
     @staticmethod
     def _add(used: dict[str, Any], deltas: dict[str, float]) -> dict[str, Any]:
@@ -153,8 +157,8 @@ class LeaseKeeper:
             )
         return used
 
-    def _charged(self, used: dict[str, Any], expiry) -> dict[str, Any]:  # noqa: ANN001
-        self._extend_claim(expiry)
+    def _charged(self, used: dict[str, Any]) -> dict[str, Any]:
+        self._extend_claim()
         self._used = used
         if self.head is not None:
             self.head = replace(self.head, budget_used=dict(used))

@@ -28,6 +28,8 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
                 "The token is unknown, revoked, or its member was removed."
             )
         request._request.cairn_tenant = token.tenant
+        # Found while authenticating: the permission check needs no query of its own.
+        request._request.cairn_permissions = token.permissions
         return token.user, token
 
     def authenticate_header(self, request) -> str:  # noqa: ANN001

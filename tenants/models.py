@@ -178,3 +178,45 @@ class TenantSecretReference(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reference} for {self.tenant_id}"
+
+
+class ReviewerGroup(models.Model):
+    """A named set of the tenant's members that an approval state may declare as its
+    reviewers (``"reviewers": {"group": name}``). Per tenant: another tenant's group of the
+    same name is another group. Deleting one deletes its memberships (the audit log keeps
+    both)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="reviewer_groups")
+    name = models.SlugField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="reviewer_group_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.tenant_id})"
+
+
+class ReviewerGroupMember(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    group = models.ForeignKey(ReviewerGroup, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="reviewer_groups"
+    )
+    added_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["group", "user"], name="reviewer_group_one_membership")
+        ]
+        indexes = [models.Index(fields=["user", "group"])]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} in {self.group_id}"

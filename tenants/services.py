@@ -241,7 +241,8 @@ def token_revoke(*, token: ApiToken, actor: Actor) -> bool:
 def token_authenticate(secret: str) -> ApiToken | None:
     """The live token for this secret, with user and tenant loaded; None if unknown or revoked.
 
-    A token whose user no longer holds any role in its tenant does not authenticate.
+    A token whose user no longer holds any role in its tenant does not authenticate. The
+    permissions found are kept on the token (``token.permissions``) for the request.
     """
     if not secret.startswith(TOKEN_PREFIX) or len(secret) > 200:
         return None
@@ -250,7 +251,10 @@ def token_authenticate(secret: str) -> ApiToken | None:
         .filter(key_sha256=_digest(secret), revoked_at__isnull=True, user__is_active=True)
         .first()
     )
-    if token is None or not permissions_of(user=token.user, tenant=token.tenant):
+    if token is None:
+        return None
+    token.permissions = permissions_of(user=token.user, tenant=token.tenant)
+    if not token.permissions:
         return None
     now = timezone.now()
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from tenants.views import audit, auth, invitations, members
+from tenants.views import audit, auth, groups, invitations, members
 
 app_name = "tenants"
 
@@ -14,6 +14,15 @@ urlpatterns = [
     path("members/tokens/<uuid:token_id>/revoke", members.revoke_token, name="revoke_token"),
     path("members/grants", members.grant, name="grant"),
     path("members/grants/<uuid:grant_id>/revoke", members.revoke_grant, name="revoke_grant"),
+    path("members/groups/", groups.groups, name="reviewer_groups"),
+    path("members/groups/create", groups.create, name="reviewer_group_create"),
+    path("members/groups/<str:name>/delete", groups.delete, name="reviewer_group_delete"),
+    path("members/groups/<str:name>/members", groups.add_member, name="reviewer_group_add"),
+    path(
+        "members/groups/<str:name>/members/<str:username>/remove",
+        groups.remove_member,
+        name="reviewer_group_remove",
+    ),
     path("audit/", audit.audit_log, name="audit"),
     path("audit/export.csv", audit.audit_export, {"export_format": "csv"}, name="audit_csv"),
     path("audit/export.jsonl", audit.audit_export, {"export_format": "jsonl"}, name="audit_jsonl"),

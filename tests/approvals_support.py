@@ -7,8 +7,9 @@ from datetime import timedelta
 from django.utils import timezone
 
 from approvals.models import ApprovalDecision, ApprovalRequest
+from approvals.notify import notification_deliver, notifications_plan
 from approvals.services import approval_decide, approval_request_create
-from checkpoints.models import Artifact, Run
+from checkpoints.models import Artifact, OutboxMessage, Run
 from checkpoints.services.artifacts import artifact_store
 from checkpoints.services.checkpoints import checkpoint_commit
 from checkpoints.services.workflows import workflow_register
@@ -125,3 +126,23 @@ def decide(
         comment=comment,
         actor=Actor(user=user),
     )
+
+
+def deliver_all() -> dict[str, int]:
+    """What the dispatcher and a worker do with the outbox's notification messages: run each
+    unsent one's task (due or not: a retry's delay is not waited for), mark it sent."""
+    done = {"planned": 0, "sent": 0, "failed": 0, "skipped": 0}
+    while True:
+        due = list(
+            OutboxMessage.objects.filter(
+                kind__in=("approval.notify", "approval.deliver"), sent_at__isnull=True
+            ).order_by("id")
+        )
+        if not due:
+            return done
+        for message in due:
+            OutboxMessage.objects.filter(pk=message.pk).update(sent_at=message.created_at)
+            if message.kind == "approval.notify":
+                done["planned"] += notifications_plan(**message.payload)
+            else:
+                done[notification_deliver(**message.payload)] += 1

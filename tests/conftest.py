@@ -7,6 +7,7 @@ import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
+from checkpoints.services import changes
 from checkpoints.services.workflows import workflow_register
 from runtime.services.runs import run_create
 from tenants.services import Actor, member_set_role, token_issue
@@ -18,6 +19,7 @@ pytest_plugins = [
     "tests.publishing",
     "tests.s3_fixtures",
     "tests.receivers",
+    "tests.smtp_support",
 ]
 
 
@@ -30,6 +32,14 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001
 @pytest.fixture(autouse=True)
 def _media_root(settings, tmp_path):  # noqa: ANN001
     settings.MEDIA_ROOT = tmp_path / "media"
+
+
+@pytest.fixture(autouse=True)
+def _run_change_listener():
+    # A long-poll on PostgreSQL starts a listening connection; it must not outlive the
+    # test's database (nothing to do when no test started one).
+    yield
+    changes.listener_stop()
 
 
 @pytest.fixture

@@ -41,3 +41,27 @@ SIMPLE_DEFINITION = {
     "approval_states": ["review"],
     "effect_states": ["publish"],
 }
+
+
+def forge_checkpoint(checkpoint, **columns: object) -> None:  # noqa: ANN001
+    """UPDATE a checkpoint row past the ORM's refusal (and PostgreSQL's trigger), as an
+    attacker with database access would."""
+    from django.db import connection
+
+    from checkpoints.models import Checkpoint
+
+    table = connection.ops.quote_name(Checkpoint._meta.db_table)
+    assignments = ", ".join(f"{connection.ops.quote_name(c)} = %s" for c in columns)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET session_replication_role = replica")  # triggers off
+        cursor.execute(
+            f"UPDATE {table} SET {assignments} WHERE id = %s",  # noqa: S608 - names are ours
+            [
+                *columns.values(),
+                checkpoint.pk.hex if connection.vendor == "sqlite" else checkpoint.pk,
+            ],
+        )
+        assert cursor.rowcount == 1
+        if connection.vendor == "postgresql":
+            cursor.execute("SET session_replication_role = origin")

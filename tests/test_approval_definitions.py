@@ -42,7 +42,7 @@ def test_a_definition_without_an_action_gets_the_one_its_effect_state_performs()
         ({"publish": {"action": "x"}}, "approvals.publish"),
         ({"review": {"action": ""}}, "approvals.review.action"),
         ({"review": {"action": "x" * 101}}, "approvals.review.action"),
-        ({"review": {"action": "x", "quorum": 2}}, "approvals.review"),
+        ({"review": {"action": "x", "delegates": 2}}, "approvals.review"),
         (["review"], "approvals"),
     ],
 )

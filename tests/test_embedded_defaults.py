@@ -17,14 +17,15 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
+from runtime.management.commands.cairn_up import web_command
 from tests.publishing import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def serve_and_get(tmp_path: Path, *paths: str, **extra_env: str) -> list[tuple[int, str]]:
-    """Start the web process as ``make run`` does (runserver, the embedded defaults), fetch
-    each of ``paths`` and stop it."""
+    """Start the web process as ``make run`` does (its gunicorn, the embedded defaults),
+    fetch each of ``paths`` and stop it."""
     env = {**os.environ, "CAIRN_HOME": str(tmp_path), **extra_env}
     for inherited in ("DATABASE_URL", "DJANGO_DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE", "CAIRN_ENV"):
         if inherited not in extra_env:
@@ -40,7 +41,7 @@ def serve_and_get(tmp_path: Path, *paths: str, **extra_env: str) -> list[tuple[i
     )
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+        web_command(sys.executable, f"127.0.0.1:{port}"),
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

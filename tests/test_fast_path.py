@@ -10,7 +10,7 @@ import zlib
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from hypothesis import HealthCheck, given
@@ -615,3 +615,65 @@ def test_a_run_starts_in_a_pinned_number_of_statements(acme, noop_six, settings)
     )
     assert run.budget_used["attempts_used"] == 0
     assert run_verify(tenant=acme, run_id=run.pk)["ok"]
+
+
+# Statements of one HTTP commit (POST /runs/{id}/checkpoints) with a bearer token: the
+# token, the member's permissions (once: authentication keeps them for the permission
+# check), the head (with its integrity check) and the commit. Old main: 7 and 11.
+HTTP_COMMIT_STATEMENTS = {"postgresql": 4, "sqlite": 8}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_http_commit_reads_the_head_once_and_opens_no_envelope(acme, bob, workflow, api_as):
+    api = api_as(bob, acme)
+    run = _external_run(acme)
+    url = f"/api/v1/runs/{run.pk}/checkpoints"
+    first = {"expected_version": run.version, "state": "draft_answer", "step": "d"}
+    # The first request of a token also records its use; the pin is for the steady state.
+    assert api.post(url, {**first, "envelope": GROUPS}, format="json").status_code == 201
+    body = {"expected_version": run.version + 1, "state": "review", "step": "r"}
+    with CaptureQueriesContext(connection) as queries:
+        response = api.post(url, {**body, "envelope": GROUPS}, format="json")
+    assert response.status_code == 201, response.content
+    LAST[:] = [" ".join(q["sql"].split())[:80] for q in queries.captured_queries]
+    assert len(queries) == HTTP_COMMIT_STATEMENTS[connection.vendor], LAST
+    # No checkpoint row is read to be decrypted: the integrity check is in the commit.
+    checkpoint = Checkpoint._meta.db_table
+    assert not [q for q in LAST if q.startswith("SELECT") and f'FROM "{checkpoint}"' in q], LAST
+
+
+@pytest.mark.postgres
+def test_on_postgresql_the_commits_integrity_check_probes_the_head_by_its_key(
+    postgres_only, acme, workflow
+):
+    from cairn import clock
+    from checkpoints.services import commit_sql
+    from checkpoints.services.checkpoints import _commit_plan, _CommitRequest
+
+    run = _external_run(acme)
+    result = _commit(acme, run.pk, run.version)
+    request = _CommitRequest(
+        expected_version=result.run_version,
+        state="review",
+        step="review",
+        groups=GROUPS,
+        actor=ACTOR,
+        status=None,
+        status_reason="",
+        lease_owner=None,
+        pending_action=None,
+        next_eligible_at=None,
+        code_version="",
+        is_evidence=False,
+        operator_override=False,
+        continues=False,
+        consumed_outbox_id=None,
+        charge_next_attempt=False,
+    )
+    write, _ = _commit_plan(acme, result.head, request, lease_now=clock.now())
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + commit_sql._PG_COMMIT, commit_sql._pg_params(write))
+        plan = "\n".join(line for (line,) in cursor.fetchall())
+        transaction.set_rollback(True)
+    # Correlated only through the run's columns, the head check hashed the whole table.
+    assert f"Seq Scan on {Checkpoint._meta.db_table}" not in plan, plan

@@ -7,12 +7,14 @@ client would) and sees 422 ``secret_in_envelope`` and nothing stored."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 from django.apps import apps
 from django.db import models
+from django.utils import timezone
 
-from approvals.models import ApprovalDecision, ApprovalRequest
+from approvals.models import ApprovalDecision, ApprovalRequest, Delegation
 from checkpoints.models import ExternalOperation, Run, WorkflowDefinition
 from runtime.services.operations import operation_reserve
 from tenants.models import ApiToken, AuditEvent
@@ -75,6 +77,12 @@ NOT_FREE_TEXT = {
     "checkpoints.OutboxMessage.kind": "an event name Cairn chooses",
     "checkpoints.OutboxMessage.payload": "ids, versions and keys Cairn composes",
     "checkpoints.RunnerWebhook.url": "checked by cairn.outbound: no userinfo",
+    "approvals.NotificationPreference.chat_url": "checked by cairn.outbound: no userinfo",
+    "approvals.ApprovalNotification.event": "an event name Cairn chooses",
+    "approvals.ApprovalNotification.last_error": "composed by Cairn from a send's failure",
+    "approvals.ApprovalRequest.reviewer_role": "a role name the definition's normal form checked",
+    "approvals.ApprovalRequest.reviewer_group": "a group name the definition's normal form checked",
+    "tenants.ReviewerGroup.name": "a slug, validated",
     "checkpoints.RunnerWebhook.secret_ref": "a registered reference",
     "checkpoints.RunnerWebhook.secret_sealed": "sealed",
     "checkpoints.RunnerWebhook.previous_secret_sealed": "sealed",
@@ -289,6 +297,18 @@ FREE_TEXT: dict[str, tuple[Callable[[dict], object], Callable[[], models.QuerySe
             {"decision": "reject", "artifact_sha256": w["artifact"].sha256, "comment": SECRET},
         ),
         lambda: ApprovalDecision.objects.filter(comment__contains=SECRET),
+    ),
+    "approvals.Delegation.reason": (
+        lambda w: _post(
+            w["carol"],
+            "/api/v1/account/delegations",
+            {
+                "delegate": "alice",
+                "ends_at": (timezone.now() + timedelta(days=1)).isoformat(),
+                "reason": SECRET,
+            },
+        ),
+        lambda: Delegation.objects.filter(reason__contains=SECRET),
     ),
     "tenants.ApiToken.name": (_token_label, lambda: ApiToken.objects.filter(name__contains=SECRET)),
 }

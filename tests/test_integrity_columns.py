@@ -7,32 +7,13 @@ an attacker with database access would (on PostgreSQL with the immutability trig
 from __future__ import annotations
 
 import pytest
-from django.db import connection
 
 from checkpoints.models import Checkpoint, Run, RunStatus
+from tests.factories import forge_checkpoint
 from tests.runtime_support import advance, start
 from tests.test_api_hostile_input import new_run
 
 pytestmark = pytest.mark.django_db
-
-
-def forge_checkpoint(checkpoint: Checkpoint, **columns: object) -> None:
-    """UPDATE the row past the ORM's refusal (and PostgreSQL's trigger)."""
-    table = connection.ops.quote_name(Checkpoint._meta.db_table)
-    assignments = ", ".join(f"{connection.ops.quote_name(c)} = %s" for c in columns)
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SET session_replication_role = replica")  # triggers off
-        cursor.execute(
-            f"UPDATE {table} SET {assignments} WHERE id = %s",  # noqa: S608 - names are ours
-            [
-                *columns.values(),
-                checkpoint.pk.hex if connection.vendor == "sqlite" else checkpoint.pk,
-            ],
-        )
-        assert cursor.rowcount == 1
-        if connection.vendor == "postgresql":
-            cursor.execute("SET session_replication_role = origin")
 
 
 @pytest.fixture

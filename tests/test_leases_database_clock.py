@@ -138,3 +138,18 @@ def test_a_dispatcher_on_a_fast_clock_leaves_a_workers_own_command_alone(run, cl
     clock_off(+1)
     assert outbox_dispatch() == 0
     assert OutboxMessage.objects.get(pk=result.outbox_id).sent_at is None
+
+
+def test_a_renewed_claim_lapses_with_the_lease_not_after_it(run):  # noqa: ANN001
+    # The command a worker carries out is claimed for exactly its lease: a claim that outlived
+    # the lease by a moment made the rescue skip a dead worker's run whose lease had expired
+    # (its command still looked claimed), so a rescue right at expiry found nothing.
+    granted = lease(run, "w")
+    command = OutboxMessage.objects.filter(run=run, kind="run.resume").latest("pk")
+    keeper = LeaseKeeper(run=run, owner="w", version=granted.run_version, ttl_seconds=60)
+    keeper.taken_outbox_id = command.pk
+    for renew in (keeper.renew, lambda: keeper.charge(attempts_used=1)):
+        renew()
+        run.refresh_from_db()
+        command.refresh_from_db()
+        assert command.claimed_until == run.lease_expires_at

@@ -1,8 +1,9 @@
 """Proof in another language: the plain-PHP runner in examples/php/ drives the demo research
 workflow over HTTP only (lease, artifacts, commits with its code version, the approval
-awaited by long-poll, the publish operation under its idempotency key) against a live
-server, is killed with SIGKILL mid-run, is started again, and the run verifies and was
-published exactly once. Needs Debian's php-cli and php-curl (``make php-deps``)."""
+awaited by long-poll, the publish operation under its idempotency key) against the server
+``make run`` and production run (gunicorn with ``cairn/gunicorn.py``), is killed with
+SIGKILL mid-run, is started again, and the run verifies and was published exactly once.
+Needs Debian's php-cli and php-curl (``make php-deps``)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from checkpoints.models import Checkpoint, ExternalOperation, Run, RunStatus
 from checkpoints.services.checkpoints import run_verify
 from checkpoints.services.reads import checkpoint_envelope
 from tenants.services import Actor, token_issue
+from tests.web_server import web_server  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -72,7 +74,7 @@ def _php(env: dict[str, str], state_file: Path, log: Path) -> subprocess.Popen:
 @pytest.mark.parametrize("crash_at", ["after_draft_answer", "waiting_approval", "published"])
 def test_the_php_runner_survives_a_kill_and_publishes_exactly_once(
     crash_at: str,
-    live_server,  # noqa: ANN001
+    web_server,  # noqa: ANN001, F811
     publishing_service,  # noqa: ANN001
     acme,  # noqa: ANN001
     bob,  # noqa: ANN001
@@ -84,7 +86,8 @@ def test_the_php_runner_survives_a_kill_and_publishes_exactly_once(
     marker = tmp_path / "crashed"
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "CAIRN_URL": live_server.url,
+        # The server make run and production run (cairn/gunicorn.py), not Django's.
+        "CAIRN_URL": web_server(production=True).url,
         "CAIRN_TOKEN": token,
         "CAIRN_PUBLISHING_URL": publishing_service.url,
         "CAIRN_RUNNER_CRASH_AT": crash_at,

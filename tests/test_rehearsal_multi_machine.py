@@ -26,9 +26,10 @@ import pytest
 
 from approvals.models import ApprovalRequest, ApprovalStatus
 from checkpoints.models import Artifact, ExternalOperation, Run, RunStatus
+from runtime.management.commands.cairn_up import web_command
 from tenants.services import Actor, token_issue
 from tests.publishing import PublishingService
-from tests.scaleout_support import free_port, gunicorn, json_request, process, python, wait_http
+from tests.scaleout_support import free_port, json_request, process, python, wait_http
 from tests.worker_fixtures import database_env, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.worker]
@@ -103,9 +104,9 @@ def test_two_worker_machines_a_web_machine_and_a_kill_publish_once_and_read_ever
 
     with ExitStack() as stack:
         start = stack.enter_context
-        start(
-            process(gunicorn(port, workers=1, threads=4), env=envs["web"], log=tmp_path / "web.log")
-        )
+        # The web machine runs what docs/deployment.md recommends (cairn/gunicorn.py).
+        web = [*web_command(sys.executable, f"127.0.0.1:{port}"), "--no-control-socket"]
+        start(process(web, env=envs["web"], log=tmp_path / "web.log"))
         beat_schedule = str(homes["web"] / "celerybeat-schedule")
         start(
             process(celery("beat", "-s", beat_schedule), env=envs["web"], log=tmp_path / "beat.log")

@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import timedelta
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 from rest_framework.test import APIClient
 
+from approvals.services.delegations import delegation_create
 from checkpoints.models import Run
+from checkpoints.services.artifacts import artifact_store
+from checkpoints.services.checkpoints import checkpoint_commit
 from tenants.grants import run_grant_create
 from tenants.members import member_invite
 from tenants.models import AuditEvent
+from tenants.reviewer_groups import reviewer_group_create, reviewer_group_member_add
 from tenants.services import Actor, token_issue
 from tests.actions_support import operation
 from tests.approvals_support import ask, at_review, draft
@@ -55,13 +61,13 @@ REQUIRED: dict[str, str] = {
     "api:run-operation-unknown": OPERATOR,
     "api:run-operation-job": OPERATOR,
     "api:run-resume": OPERATOR,
+    "api:run-pause": OPERATOR,
+    "api:run-unpause": OPERATOR,
     "api:run-cancel": OPERATOR,
     "api:run-retry": OPERATOR,
     "api:run-fork": OPERATOR,
     "api:run-fork-preview": OPERATOR,
     "api:run-grant-budget": OPERATOR,
-    "api:run-pause": OPERATOR,
-    "api:run-unpause": OPERATOR,
     "api:artifacts": OPERATOR,
     "api:artifact": OPERATOR,
     "api:artifact-content": OPERATOR,
@@ -74,9 +80,9 @@ REQUIRED: dict[str, str] = {
     "approvals_api:evidence-public-key": PUBLIC,  # a public key: anyone may verify
     "approvals:inbox": REVIEWER,
     "approvals:review": REVIEWER,
+    "approvals:source": REVIEWER,
     "approvals:decide": REVIEWER,
     "approvals:status": REVIEWER,
-    "approvals:source": REVIEWER,
     "tenants:members": ADMIN,
     "tenants:invite": ADMIN,
     "tenants:set_role": ADMIN,
@@ -86,6 +92,15 @@ REQUIRED: dict[str, str] = {
     "tenants:revoke_token": ADMIN,
     "tenants:grant": ADMIN,
     "tenants:revoke_grant": ADMIN,
+    "tenants:reviewer_groups": ADMIN,
+    "tenants:reviewer_group_create": ADMIN,
+    "tenants:reviewer_group_delete": ADMIN,
+    "tenants:reviewer_group_add": ADMIN,
+    "tenants:reviewer_group_remove": ADMIN,
+    "api:reviewer-groups": ADMIN,
+    "api:reviewer-group": ADMIN,
+    "api:reviewer-group-members": ADMIN,
+    "api:reviewer-group-member": ADMIN,
     "tenants:audit": OPERATOR,
     "tenants:audit_csv": OPERATOR,
     "tenants:audit_jsonl": OPERATOR,
@@ -110,6 +125,12 @@ REQUIRED: dict[str, str] = {
     "console:health": OPERATOR,
     "console:run_start": OPERATOR,
     "approvals:mine": REVIEWER,
+    "approvals:notifications": REVIEWER,  # one's own preferences
+    "approvals:delegations": REVIEWER,  # one's own delegations
+    "approvals:delegation_end": REVIEWER,
+    "approvals_api:delegations": REVIEWER,
+    "approvals_api:delegation": REVIEWER,
+    "approvals_api:notification-preferences": REVIEWER,
     "console:retention": ADMIN,
     "console:retention_preview": ADMIN,
     "console:retention_remove": ADMIN,
@@ -135,6 +156,8 @@ ROW_PARAMS = {
     "user_id",
     "token_id",
     "grant_id",
+    "name",  # a reviewer group's name
+    "delegation_id",
 }
 # Routes that name an acme row in the body rather than the path: charlie's request must
 # change nothing of acme's (checked at the end), and answer this status where one is given.
@@ -161,6 +184,7 @@ class Acme:
 
     run: Run
     values: dict[str, object]
+    route_values: dict[str, dict[str, object]]  # a route whose row is another (by name)
     bodies: dict[tuple[str, str], dict]
     queries: dict[tuple[str, str], str]
     row_ids: list[str]
@@ -168,7 +192,8 @@ class Acme:
     def url(self, route: Route) -> str:
         from django.urls import reverse
 
-        kwargs = {param: self.values[param] for param in route.params}
+        values = {**self.values, **self.route_values.get(route.name, {})}
+        kwargs = {param: values[param] for param in route.params}
         return reverse(route.name, kwargs=kwargs)
 
 
@@ -176,6 +201,24 @@ class Acme:
 def acme_rows(acme, alice, bob, carol, charlie, run) -> Acme:  # noqa: ANN001
     artifact = draft(acme, "acme's confidential draft\n")
     at_review(run, artifact)
+    # The checkpoint under review cites a source, which its review page opens.
+    source, _ = artifact_store(
+        tenant=acme, data=b"acme's source", media_type="text/plain", kind="source"
+    )
+    run.refresh_from_db()
+    cited = [
+        {"id": str(a.id), "sha256": a.sha256, "name": n}
+        for a, n in ((artifact, "draft"), (source, "source:s"))
+    ]
+    checkpoint_commit(
+        tenant=acme,
+        run_id=run.pk,
+        expected_version=run.version,
+        state="review",
+        step="",
+        envelope={"evidence": {"artifacts": cited, "validators": []}},
+        actor=Actor.system("test"),
+    )
     approval = ask(run, artifact, bob)
     run.refresh_from_db()
     op = operation(run, "acme-publish-1", "pending")
@@ -184,6 +227,16 @@ def acme_rows(acme, alice, bob, carol, charlie, run) -> Acme:  # noqa: ANN001
     grant = run_grant_create(tenant=acme, run_id=run.pk, user=dave, actor=Actor(user=alice))
     UserFactory(username="nobody")
     invited = member_invite(tenant=acme, username="erin", role="reviewer", actor=Actor(user=alice))
+    delegation = delegation_create(
+        tenant=acme,
+        delegate_username="alice",
+        ends_at=timezone.now() + timedelta(days=1),
+        actor=Actor(user=carol),
+    )
+    reviewer_group_create(tenant=acme, name="acme-legal-7", actor=Actor(user=alice))
+    reviewer_group_member_add(
+        tenant=acme, name="acme-legal-7", username="carol", actor=Actor(user=alice)
+    )
     values = {
         "run_id": run.pk,
         "sequence": 1,
@@ -198,6 +251,9 @@ def acme_rows(acme, alice, bob, carol, charlie, run) -> Acme:  # noqa: ANN001
         "action": "cancel",
         "uidb64": "MQ",
         "token": "set-password",
+        "name": "acme-legal-7",
+        "delegation_id": delegation.pk,
+        "username": "carol",
         "invitation_id": invited.link_path.strip("/").split("/")[1],
     }
     bodies = {
@@ -225,10 +281,10 @@ def acme_rows(acme, alice, bob, carol, charlie, run) -> Acme:  # noqa: ANN001
         ("api:webhook", "PUT"): {"url": "http://127.0.0.1:1/h"},
         ("api:run-resume", "POST"): {"expected_version": run.version},
         ("api:run-cancel", "POST"): {"reason": "r"},
+        ("api:run-pause", "POST"): {"reason": "r"},
         ("api:run-retry", "POST"): {"step": "draft_answer", "reason": "r"},
         ("api:run-fork", "POST"): {"from_sequence": 1, "reason": "r"},
         ("api:run-grant-budget", "POST"): {"attempts": 1, "reason": "r"},
-        ("api:run-pause", "POST"): {"reason": "r"},
         ("approvals_api:run-approvals", "POST"): {
             "artifact_id": str(artifact.pk),
             "artifact_sha256": artifact.sha256,
@@ -251,7 +307,16 @@ def acme_rows(acme, alice, bob, carol, charlie, run) -> Acme:  # noqa: ANN001
         ("api:run-fork-preview", "GET"): "?from_sequence=1",
     }
     row_ids = [str(v) for k, v in values.items() if k in ROW_PARAMS - {"sequence", "user_id"}]
-    return Acme(run=run, values=values, bodies=bodies, queries=queries, row_ids=row_ids)
+    route_values = {"approvals:source": {"artifact_id": source.pk}}
+    row_ids.append(str(source.pk))
+    return Acme(
+        run=run,
+        values=values,
+        route_values=route_values,
+        bodies=bodies,
+        queries=queries,
+        row_ids=row_ids,
+    )
 
 
 def send(client, route: Route, method: str, acme: Acme):  # noqa: ANN001, ANN201

@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
+from runtime.management.commands.cairn_up import web_command
 from tests.publishing import free_port
 from tests.scaleout_support import gunicorn
 from tests.worker_fixtures import REPO, database_env
@@ -64,9 +66,17 @@ def _wait_listening(server: WebServer, timeout: float = 60.0) -> None:
 def web_server(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
     started: list[WebServer] = []
 
-    def start(env: dict[str, str] | None = None, database: bool = True) -> WebServer:
+    def start(
+        env: dict[str, str] | None = None,
+        database: bool = True,
+        threads: int | None = None,
+        production: bool = False,
+    ) -> WebServer:
         """``env`` is added to the environment (an empty value removes the variable);
-        ``database=False`` leaves the test database out of it."""
+        ``database=False`` leaves the test database out of it; ``threads`` serves with
+        gthread workers of that many threads instead of one sync worker; ``production``
+        starts exactly what ``make run`` and docs/deployment.md start (``cairn/gunicorn.py``,
+        one process)."""
         port = free_port()
         log_path = tmp_path / f"gunicorn-{len(started)}.log"
         full_env = {
@@ -78,9 +88,14 @@ def web_server(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
         }
         full_env = {name: value for name, value in full_env.items() if value != ""}
         log = open(log_path, "w")  # noqa: SIM115 - closed when the server is reaped
+        # --no-control-socket: there is one per user otherwise, shared by parallel servers.
+        command = (
+            [*web_command(sys.executable, f"127.0.0.1:{port}"), "--no-control-socket"]
+            if production
+            else gunicorn(port, workers=1, threads=threads, extra=["--no-control-socket"])
+        )
         process = subprocess.Popen(
-            # --no-control-socket: there is one per user otherwise, shared by parallel servers.
-            gunicorn(port, workers=1, threads=None, extra=["--no-control-socket"]),
+            command,
             cwd=REPO,
             env=full_env,
             stdout=log,

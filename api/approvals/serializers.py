@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from api.serializers import StrictSerializer
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalStatus, DecisionKind
+from approvals.services.standing import quorum_progress
 
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 
@@ -29,10 +31,24 @@ class DecisionInSerializer(StrictSerializer):
 
 class ApprovalDecisionSerializer(serializers.ModelSerializer):
     approver = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    on_behalf_of = serializers.SlugRelatedField(
+        slug_field="username",
+        read_only=True,
+        allow_null=True,
+        help_text="The reviewer whose delegation this decision was made under (their vote).",
+    )
 
     class Meta:
         model = ApprovalDecision
-        fields = ["id", "approver", "decision", "artifact_sha256", "comment", "created_at"]
+        fields = [
+            "id",
+            "approver",
+            "on_behalf_of",
+            "decision",
+            "artifact_sha256",
+            "comment",
+            "created_at",
+        ]
 
 
 class ApprovalArtifactSerializer(serializers.Serializer):
@@ -41,6 +57,26 @@ class ApprovalArtifactSerializer(serializers.Serializer):
     size = serializers.IntegerField()
     media_type = serializers.CharField()
     kind = serializers.CharField()
+
+
+class ReviewersSerializer(serializers.Serializer):
+    """Who may decide, as the approval state declared it (both null: anyone who may review
+    the run)."""
+
+    role = serializers.CharField(allow_null=True)
+    group = serializers.CharField(allow_null=True)
+
+
+class QuorumApprovalSerializer(serializers.Serializer):
+    reviewer = serializers.CharField()
+    at = serializers.DateTimeField()
+
+
+class QuorumSerializer(serializers.Serializer):
+    required = serializers.IntegerField()
+    approved = serializers.IntegerField()
+    approvals = QuorumApprovalSerializer(many=True)
+    progress = serializers.CharField(help_text='e.g. "1 of 2; rita approved at …"')
 
 
 class ApprovalRequestSerializer(serializers.ModelSerializer):
@@ -53,6 +89,22 @@ class ApprovalRequestSerializer(serializers.ModelSerializer):
     previous_request_id = serializers.UUIDField(
         source="previous_id", read_only=True, allow_null=True
     )
+    reviewers = serializers.SerializerMethodField()
+    quorum = serializers.SerializerMethodField()
+
+    @extend_schema_field(ReviewersSerializer)
+    def get_reviewers(self, row: ApprovalRequest) -> dict:
+        return {"role": row.reviewer_role or None, "group": row.reviewer_group or None}
+
+    @extend_schema_field(QuorumSerializer)
+    def get_quorum(self, row: ApprovalRequest) -> dict:
+        progress = quorum_progress(row)
+        return {
+            "required": progress.required,
+            "approved": progress.approved,
+            "approvals": [{"reviewer": name, "at": at} for name, at in progress.approvals],
+            "progress": str(progress),
+        }
 
     class Meta:
         model = ApprovalRequest
@@ -68,6 +120,9 @@ class ApprovalRequestSerializer(serializers.ModelSerializer):
             "action",
             "requester",
             "required_approvals",
+            "reviewers",
+            "quorum",
+            "escalation_level",
             "status",
             "status_reason",
             "expires_at",
@@ -89,3 +144,47 @@ class EvidencePublicKeySerializer(serializers.Serializer):
     key_id = serializers.CharField()
     public_key_pem = serializers.CharField()
     public_key_hex = serializers.CharField()
+
+
+class NotificationPreferencesInSerializer(StrictSerializer):
+    email = serializers.BooleanField(required=False)
+    chat = serializers.BooleanField(required=False)
+    chat_url = serializers.CharField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        help_text="A Slack-compatible incoming-webhook URL; empty forgets it.",
+    )
+
+
+class NotificationPreferencesSerializer(serializers.Serializer):
+    email = serializers.BooleanField()
+    chat = serializers.BooleanField()
+    chat_url = serializers.CharField(
+        source="chat_url_shown",
+        allow_null=True,
+        help_text="The URL's origin only (the rest is its secret); null when none is set.",
+    )
+    email_address = serializers.CharField(help_text="Where email goes: your account's address.")
+
+    def to_representation(self, instance: object) -> dict:
+        data = super().to_representation(instance)
+        data["chat_url"] = data["chat_url"] or None
+        return data
+
+
+class DelegationInSerializer(StrictSerializer):
+    delegate = serializers.CharField(max_length=150, help_text="A reviewer's username.")
+    ends_at = serializers.DateTimeField()
+    starts_at = serializers.DateTimeField(required=False)
+    reason = serializers.CharField(max_length=4000, required=False, allow_blank=True, default="")
+
+
+class DelegationSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    delegator = serializers.CharField(source="delegator.username")
+    delegate = serializers.CharField(source="delegate.username")
+    starts_at = serializers.DateTimeField()
+    ends_at = serializers.DateTimeField()
+    reason = serializers.CharField()
+    revoked_at = serializers.DateTimeField(allow_null=True)

@@ -15,7 +15,16 @@ from api.views import CairnAPIView, _errors
 from approvals.models import ApprovalStatus
 from approvals.selectors import approvals_for_run, request_get, requests_for_tenant, review_queue
 from approvals.services import approval_decide, approval_request_create
+from approvals.services.delegations import (
+    delegation_create,
+    delegation_revoke,
+    delegations_of,
+)
 from approvals.services.evidence import run_evidence_export
+from approvals.services.preferences import (
+    notification_preferences_get,
+    notification_preferences_set,
+)
 from approvals.signing import evidence_signing_key
 from cairn.errors import InvalidRequest
 from checkpoints.services.artifacts import artifact_read
@@ -121,12 +130,15 @@ class ApprovalDecisionView(CairnAPIView):
         responses={
             200: s.DecisionResultSerializer,
             400: ErrorSerializer,
+            403: ErrorSerializer,
             404: ErrorSerializer,
             409: ErrorSerializer,
         },
-        description="409 codes: approval_expired, artifact_hash_mismatch (the hash the "
-        "reviewer saw is not the bound one), approval_stale (the run moved past the bound "
-        "version, or a newer request replaced this one), self_approval_forbidden, "
+        description="403 permission_denied: the approval state declares reviewers (a role or "
+        "a reviewer group) the caller is not among. 409 codes: approval_expired, "
+        "artifact_hash_mismatch (the hash the reviewer saw is not the bound one), "
+        "approval_stale (the run moved past the bound version, or a newer request replaced "
+        "this one), self_approval_forbidden, "
         "already_decided, approval_closed.",
         summary="Approve or reject exactly the artifact you were shown",
     )
@@ -215,3 +227,82 @@ class EvidencePublicKeyView(CairnAPIView):
     )
     def get(self, request: Request) -> Response:
         return Response(evidence_signing_key().published())
+
+
+class NotificationPreferencesView(CairnAPIView):
+    """The caller's own notification preferences in this tenant (anyone who may review)."""
+
+    required_permission = roles.REVIEWERS
+
+    @extend_schema(
+        responses={200: s.NotificationPreferencesSerializer},
+        summary="Your notification preferences: email, chat and the chat URL (its origin)",
+    )
+    def get(self, request: Request) -> Response:
+        prefs = notification_preferences_get(tenant=self.tenant, user=request.user)
+        return Response(s.NotificationPreferencesSerializer(prefs).data)
+
+    @extend_schema(
+        request=s.NotificationPreferencesInSerializer,
+        responses={200: s.NotificationPreferencesSerializer, **_errors(400)},
+        summary="Change your notification preferences (audited)",
+    )
+    def put(self, request: Request) -> Response:
+        data = self.parsed(s.NotificationPreferencesInSerializer)
+        prefs = notification_preferences_set(
+            tenant=self.tenant,
+            user=request.user,
+            actor=self.actor,
+            email=data.get("email"),
+            chat=data.get("chat"),
+            chat_url=data.get("chat_url"),
+        )
+        return Response(s.NotificationPreferencesSerializer(prefs).data)
+
+
+class DelegationPagination(Pagination):
+    ordering = ("ends_at", "id")
+
+
+class DelegationListView(CairnAPIView):
+    """The caller's delegations (given and received) that have not ended."""
+
+    required_permission = roles.REVIEWERS
+    pagination_class = DelegationPagination
+
+    @extend_schema(
+        responses={200: s.DelegationSerializer(many=True)},
+        summary="Your delegations, given and received, not yet ended",
+    )
+    def get(self, request: Request) -> Response:
+        rows = delegations_of(tenant=self.tenant, user=request.user)
+        return self.page_response(rows, s.DelegationSerializer)
+
+    @extend_schema(
+        request=s.DelegationInSerializer,
+        responses={201: s.DelegationSerializer, **_errors(400)},
+        summary="Let another reviewer decide in your place until ends_at (audited)",
+    )
+    def post(self, request: Request) -> Response:
+        data = self.parsed(s.DelegationInSerializer)
+        row = delegation_create(
+            tenant=self.tenant,
+            delegate_username=data["delegate"],
+            ends_at=data["ends_at"],
+            starts_at=data.get("starts_at"),
+            reason=data["reason"],
+            actor=self.actor,
+        )
+        return Response(s.DelegationSerializer(row).data, status=201)
+
+
+class DelegationView(CairnAPIView):
+    required_permission = roles.REVIEWERS
+
+    @extend_schema(
+        responses={200: s.DelegationSerializer, **_errors(404)},
+        summary="End one of your delegations now (its delegator or delegate; audited)",
+    )
+    def delete(self, request: Request, delegation_id: str) -> Response:
+        row = delegation_revoke(tenant=self.tenant, delegation_id=delegation_id, actor=self.actor)
+        return Response(s.DelegationSerializer(row).data)

@@ -14,8 +14,10 @@ from django.utils import timezone
 
 from approvals import signals
 from approvals.models import LIVE_STATUSES, ApprovalRequest, ApprovalStatus
+from approvals.services.standing import reviewers_declared
 from cairn.errors import NotFound
 from checkpoints.models import ACTIVE_STATUSES, Artifact, Checkpoint, Run, RunStatus
+from checkpoints.services.outbox import outbox_enqueue
 from tenants import roles
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record, permissions_of
@@ -63,10 +65,16 @@ def request_insert(
     requester: AbstractBaseUser | None,
     requester_label: str,
     actor: Actor,
+    escalation_level: int = 0,
+    reason: str = "",
 ) -> ApprovalRequest:
     """Supersede the run's live request for ``action`` and insert a new one bound to the
-    run's current version and checkpoint. Call inside a transaction holding the run lock."""
+    run's current version and checkpoint, decided by the reviewers the workflow declares
+    for it and needing at least its declared quorum (``reviewers_declared``). Call inside a
+    transaction holding the run lock."""
     now = timezone.now()
+    declared = reviewers_declared(run=run, action=action, level=escalation_level)
+    required_approvals = max(required_approvals, declared.quorum)
     previous = ApprovalRequest.objects.filter(run=run).order_by("-created_at", "-pk").first()
     live = list(ApprovalRequest.objects.filter(run=run, action=action, status__in=LIVE_STATUSES))
     for old in live:
@@ -98,6 +106,10 @@ def request_insert(
         requester=requester if requester is not None and requester.pk else None,
         requester_label=requester_label[:200] or "system",
         required_approvals=required_approvals,
+        reviewer_role=declared.role,
+        reviewer_group=declared.group,
+        escalation_level=escalation_level,
+        status_reason=reason,
         expires_at=expires_at,
         previous=previous,
     )
@@ -114,6 +126,8 @@ def request_insert(
             "run_version": run.version,
             "expires_at": expires_at.isoformat(),
             "required_approvals": required_approvals,
+            "reviewers": {"role": declared.role, "group": declared.group},
+            "escalation_level": escalation_level,
             "supersedes": [str(old.pk) for old in live],
         },
     )
@@ -121,15 +135,17 @@ def request_insert(
         "approval requested",
         extra={"run": str(run.id), "request": str(request.pk), "action": action, "at": str(now)},
     )
+    # Its reviewers are told through the outbox (``approvals.notify``), in this transaction.
+    outbox_enqueue(
+        run=run,
+        kind="approval.notify",
+        payload={
+            "request_id": str(request.pk),
+            "event": "escalated" if escalation_level else "requested",
+        },
+    )
     send_after_commit(signals.approval_requested, request=request)
     return request
-
-
-def uuid_or_none(value: object) -> UUID | None:
-    try:
-        return value if isinstance(value, UUID) else UUID(str(value))
-    except ValueError:
-        return None
 
 
 def run_starter(run: Run) -> AbstractBaseUser | None:

@@ -7,6 +7,7 @@ from uuid import UUID
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from approvals import signals
@@ -20,6 +21,7 @@ from approvals.models import (
 )
 from approvals.services._common import MAX_COMMENT, RUN_OPEN_STATUSES, may_review, send_after_commit
 from approvals.services.expiry import expire_request
+from approvals.services.standing import decides_for, quorum_progress, reviewer_refusal
 from cairn.credentials import free_text_refuse
 from cairn.errors import (
     AlreadyDecided,
@@ -34,6 +36,7 @@ from cairn.errors import (
     SelfApprovalForbidden,
 )
 from checkpoints.models import Execution, Run, RunStatus
+from checkpoints.services.changes import run_changed
 from checkpoints.services.checkpoints import checkpoint_commit
 from checkpoints.services.outbox import outbox_enqueue
 from tenants.models import Tenant
@@ -76,7 +79,9 @@ def approval_decide(
     that an expired request is marked expired (and a fresh one raised): InvalidRequest (no
     user, bad decision), ReviewNotAllowed (no review role), NotFound (another tenant's
     request too), ApprovalExpired, ApprovalHashMismatch (409), ApprovalStale (the run moved
-    past the bound version, or a newer request replaced this one), SelfApprovalForbidden
+    past the bound version, or a newer request replaced this one), ReviewNotAllowed (403:
+    not among the reviewers the approval state declares, ``reviewer_refusal``),
+    SelfApprovalForbidden
     (four eyes: the reviewer started the run, raised the request, or uploaded or committed
     the artifact under review; ``approvals.four_eyes``), AlreadyDecided, ApprovalClosed
     (decided by others or used).
@@ -144,11 +149,18 @@ def _decide(
             expire_request(request=request, actor=Actor.system("approval-expiry"))
             expired = request
         else:
-            _check_decidable(request=request, user=user, artifact_sha256=artifact_sha256)
+            voter = _check_decidable(request=request, user=user, artifact_sha256=artifact_sha256)
             row = _decision_insert(
-                request=request, user=user, decision=decision, sha=artifact_sha256, comment=comment
+                request=request,
+                user=user,
+                decision=decision,
+                sha=artifact_sha256,
+                comment=comment,
+                on_behalf_of=voter,
             )
             _apply(request=request, decision=row, actor=actor)
+            if request.run.execution == Execution.EXTERNAL:
+                run_changed(run_id=request.run_id)  # its runner may be long-polling
             send_after_commit(signals.approval_decided, request=request, decision=row)
             return row
     # Outside the block so the expiry (and its fresh request) is committed, not rolled back.
@@ -172,7 +184,11 @@ def _lock_request(*, tenant: Tenant, request_id: UUID | str) -> ApprovalRequest:
         raise NotFound("No such approval request.")
 
 
-def _check_decidable(*, request: ApprovalRequest, user: AbstractBaseUser, artifact_sha256: str):  # noqa: ANN202
+def _check_decidable(
+    *, request: ApprovalRequest, user: AbstractBaseUser, artifact_sha256: str
+) -> AbstractBaseUser | None:
+    """Refuse (``_Refusal``) or return whose vote the decision is: None for the user's
+    own, else the delegator they decide for (``decides_for``)."""
     run = request.run
     if artifact_sha256 != request.artifact_sha256:
         raise _Refusal(
@@ -203,14 +219,29 @@ def _check_decidable(*, request: ApprovalRequest, user: AbstractBaseUser, artifa
                 f"{run.version}, now {run.status}); nothing was decided."
             ),
         )
+    not_theirs = reviewer_refusal(request=request, user=user)
+    if not_theirs:
+        raise _Refusal(request, ReviewNotAllowed(f"{not_theirs}; nothing was decided."))
     involved = four_eyes_refusal(request=request, user=user)
     if involved:
         raise _Refusal(request, SelfApprovalForbidden(f"{involved}; nothing was decided."))
-    if request.decisions.filter(approver=user).exists():
+    if request.decisions.filter(Q(approver=user) | Q(on_behalf_of=user)).exists():
         raise _Refusal(
             request,
             AlreadyDecided(
-                "You already decided this request; decisions are final. Nothing was changed."
+                "You already decided this request (or someone decided it for you through "
+                "your delegation); decisions are final. Nothing was changed."
+            ),
+        )
+    voter = decides_for(request=request, user=user)
+    if voter is not None and (
+        request.decisions.filter(Q(approver=voter) | Q(on_behalf_of=voter)).exists()
+    ):
+        raise _Refusal(
+            request,
+            AlreadyDecided(
+                f"{voter.get_username()}'s vote on this request is already in; you decide "
+                "it only for them. Nothing was changed."
             ),
         )
     if request.status != ApprovalStatus.PENDING:
@@ -218,10 +249,17 @@ def _check_decidable(*, request: ApprovalRequest, user: AbstractBaseUser, artifa
             request,
             ApprovalClosed(f"This request is already {request.status}; nothing was decided."),
         )
+    return voter
 
 
 def _decision_insert(
-    *, request: ApprovalRequest, user: AbstractBaseUser, decision: str, sha: str, comment: str
+    *,
+    request: ApprovalRequest,
+    user: AbstractBaseUser,
+    decision: str,
+    sha: str,
+    comment: str,
+    on_behalf_of: AbstractBaseUser | None = None,
 ) -> ApprovalDecision:
     try:
         with transaction.atomic():
@@ -229,6 +267,7 @@ def _decision_insert(
                 tenant_id=request.tenant_id,
                 request=request,
                 approver=user,
+                on_behalf_of=on_behalf_of,
                 decision=decision,
                 artifact_sha256=sha,
                 comment=comment,
@@ -256,6 +295,9 @@ def _apply(*, request: ApprovalRequest, decision: ApprovalDecision, actor: Actor
         reason=decision.comment,
         details={
             "decision": decision.decision,
+            "on_behalf_of": (
+                decision.on_behalf_of.get_username() if decision.on_behalf_of_id else None
+            ),
             "artifact_sha256": decision.artifact_sha256,
             "action": request.action,
             "run_version": request.run_version,
@@ -271,9 +313,8 @@ def _apply(*, request: ApprovalRequest, decision: ApprovalDecision, actor: Actor
         else:
             _end_rejected_run(request=request, reason=reason, actor=actor)
         return
-    approvals = request.decisions.filter(decision=DecisionKind.APPROVE).count()
-    if approvals < request.required_approvals:
-        return  # still pending: more reviewers must approve
+    if not quorum_progress(request).reached:
+        return  # still pending: more distinct reviewers must approve
     _settle(request, ApprovalStatus.APPROVED, now, "")
     if run.execution == Execution.WORKER:
         _enqueue_resume(run)

@@ -103,6 +103,11 @@ def _approvals(run_id: UUID, now: datetime) -> list[dict[str, Any]]:
                 "artifact_id": str(row.artifact_id),
                 "artifact_sha256": row.artifact_sha256,
                 "required_approvals": row.required_approvals,
+                # Who was allowed to decide, as the approval state declared it.
+                "reviewers": {
+                    "role": row.reviewer_role or None,
+                    "group": row.reviewer_group or None,
+                },
                 "requester": row.requester_label,
                 "created_at": stamp(row.created_at),
                 "expires_at": stamp(row.expires_at),
@@ -112,6 +117,10 @@ def _approvals(run_id: UUID, now: datetime) -> list[dict[str, Any]]:
                 "decisions": [
                     {
                         "reviewer": d.approver.get_username(),
+                        # Decided through a delegation: whose vote it is.
+                        "on_behalf_of": (
+                            d.on_behalf_of.get_username() if d.on_behalf_of_id else None
+                        ),
                         "decision": d.decision,
                         "artifact_sha256": d.artifact_sha256,
                         "comment": d.comment,

@@ -1,14 +1,116 @@
-"""Expiry: a past-due request is marked expired and, by default, a fresh one raised once."""
+"""Expiry: a past-due request is marked expired and, by default, a fresh one raised once;
+where the approval state declares an escalation, a request that expired with no decision is
+raised again to the next level's reviewers, and after the last level the run fails or is
+held, as the workflow says (``after_expiry``, asked by the sweep and the worker's gate)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
 
 from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import LIVE_STATUSES, ApprovalRequest, ApprovalStatus
 from approvals.services._common import RUN_OPEN_STATUSES, default_expiry, request_insert
-from checkpoints.models import Run, RunStatus
+from approvals.services.standing import reviewers_declared, reviewers_label
+from checkpoints.models import Execution, Run, RunStatus
+from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.outbox import outbox_enqueue
 from tenants.services import Actor, audit_record
+
+
+@dataclass(frozen=True)
+class AfterExpiry:
+    """What follows a request's expiry: "renew" (the default: once, same reviewers),
+    "escalate" (to the next level), "hold" or "fail" (the last level expired); ``reason``
+    is recorded (the new request's status reason, the audit event, the run's reason)."""
+
+    kind: Literal["renew", "escalate", "hold", "fail"]
+    reason: str = ""
+
+
+def after_expiry(*, request: ApprovalRequest, run: Run, was: str) -> AfterExpiry:
+    """For ``request``, expired now (``was``: its status before), what the approval state
+    declares next. Only a request nobody decided escalates; an approval that expired unused
+    is renewed as ever."""
+    declared = reviewers_declared(run=run, action=request.action, level=request.escalation_level)
+    if was != ApprovalStatus.PENDING or not declared.escalation:
+        return AfterExpiry("renew")
+    here = reviewers_label(request)
+    when = f"{request.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+    level = request.escalation_level
+    if level < len(declared.escalation):
+        upper = reviewers_declared(run=run, action=request.action, level=level + 1)
+        return AfterExpiry(
+            "escalate",
+            f"Escalated: approval request {request.pk} for {here} expired at {when} with no "
+            f"decision; now for {reviewers_label(upper)} (level {level + 1}).",
+        )
+    ending = "the run fails" if declared.then == "fail" else "the run is held"
+    return AfterExpiry(
+        declared.then,
+        f"No decision on '{request.action}' after escalation: the last request, for {here}, "
+        f"expired at {when}; {ending}.",
+    )
+
+
+def escalate(
+    *, request: ApprovalRequest, run: Run, actor: Actor, after: AfterExpiry
+) -> ApprovalRequest | None:
+    """Carry out ``after`` for an expired request (inside the caller's transaction, the run
+    locked): raise the next level's request, or record the hold, or fail the run (an
+    externally driven one here; a worker run through its gate, which the resume wakes)."""
+    audit_record(
+        tenant=request.tenant,
+        actor=actor,
+        action="approval.escalated" if after.kind == "escalate" else "approval.escalation_ended",
+        run_id=run.pk,
+        target=str(request.pk),
+        reason=after.reason,
+        details={"level": request.escalation_level, "outcome": after.kind},
+    )
+    if after.kind == "escalate":
+        return request_insert(
+            run=run,
+            artifact=request.artifact,
+            action=request.action,
+            expires_at=default_expiry(timezone.now()),
+            required_approvals=request.required_approvals,
+            requester=request.requester,
+            requester_label=request.requester_label,
+            actor=actor,
+            escalation_level=request.escalation_level + 1,
+            reason=after.reason,
+        )
+    if after.kind == "fail" and run.status in RUN_OPEN_STATUSES:
+        if run.execution == Execution.WORKER:
+            outbox_enqueue(
+                run=run,
+                kind="run.resume",
+                payload={"run_id": str(run.pk), "expected_version": run.version},
+            )
+        else:
+            checkpoint_commit(
+                tenant=run.tenant,
+                run_id=run.pk,
+                expected_version=run.version,
+                state=run.state,
+                step=run.step,
+                envelope={
+                    "control": {
+                        "approval_request_id": str(request.pk),
+                        "actor": actor.name,
+                        "reason": after.reason[:2000],
+                    }
+                },
+                actor=actor,
+                status=RunStatus.FAILED,
+                status_reason=after.reason[:2000],
+                lease_owner=run.lease_owner or None,
+                is_evidence=True,
+            )
+    return None
 
 
 def _renewed_once(request: ApprovalRequest) -> bool:
@@ -23,13 +125,25 @@ def _renewed_once(request: ApprovalRequest) -> bool:
     )
 
 
-def renew_expired(*, request: ApprovalRequest, run: Run, actor: Actor) -> ApprovalRequest | None:
+def renew_expired(
+    *, request: ApprovalRequest, run: Run, actor: Actor, was: str = ApprovalStatus.PENDING
+) -> ApprovalRequest | None:
     """The default for an expired request: while the run still waits at the bound version,
     raise a fresh request for the same artifact, once, with the workflow's approval TTL
     (CAIRN_APPROVAL_TTL_SECONDS), never the expired request's own lifetime (a request created
     to expire in 15 s would otherwise make every successor expire as fast, for ever)."""
     if run.status not in RUN_OPEN_STATUSES or run.version != request.run_version:
         return None
+    after = after_expiry(request=request, run=run, was=was)
+    if after.kind != "renew":
+        if ApprovalRequest.objects.filter(
+            run=run, action=request.action, status__in=LIVE_STATUSES
+        ).exists():
+            return None
+        fresh = escalate(request=request, run=run, actor=actor, after=after)
+        if fresh is None and after.kind == "hold":
+            Run.objects.filter(pk=run.pk, version=run.version).update(status_reason=after.reason)
+        return fresh
     if _renewed_once(request):
         return None
     if ApprovalRequest.objects.filter(
@@ -110,8 +224,9 @@ def expire_request(*, request: ApprovalRequest, actor: Actor, renew: bool = True
     )
     if renew:
         run = Run.objects.select_for_update().get(pk=request.run_id)
-        fresh = renew_expired(request=request, run=run, actor=actor)
-        _say_on_the_run(run=run, request=request, fresh=fresh, was=was)
+        fresh = renew_expired(request=request, run=run, actor=actor, was=was)
+        if fresh is not None or after_expiry(request=request, run=run, was=was).kind == "renew":
+            _say_on_the_run(run=run, request=request, fresh=fresh, was=was)
     return True
 
 

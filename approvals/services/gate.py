@@ -14,9 +14,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import LIVE_STATUSES, ApprovalRequest, ApprovalStatus
-from approvals.services._common import lock_run, request_insert, run_starter, uuid_or_none
-from approvals.services.expiry import expire_request
-from approvals.services.standing import ApprovalAsk, approval_standing, request_judge
+from approvals.services._common import lock_run, request_insert, run_starter
+from approvals.services.expiry import after_expiry, escalate, expire_request
+from approvals.services.standing import (
+    ApprovalAsk,
+    approval_standing,
+    request_judge,
+    uuid_or_none,
+)
 from cairn.errors import ApprovalClosed, ArtifactHashMismatch, NotFound
 from checkpoints.approvals_port import ApprovalUse, CommitRun
 from checkpoints.models import Artifact, Checkpoint, Run
@@ -178,11 +183,32 @@ def approval_gate(
             return GateVerdict("waiting", request)
         if standing.verdict == "rejected":
             return GateVerdict("rejected", request, request.status_reason)
-        if standing.verdict == "expired" and request.status in LIVE_STATUSES:
-            expire_request(request=request, actor=actor, renew=False)
-            if on_expiry:
+        if standing.verdict == "expired":
+            was = request.status
+            if request.status in LIVE_STATUSES:
+                expire_request(request=request, actor=actor, renew=False)
+                if on_expiry:
+                    return GateVerdict(
+                        "expired",
+                        request,
+                        f"The approval request expired at {request.expires_at}.",
+                    )
+            elif request.decided_at is None:
+                was = ApprovalStatus.PENDING  # expired by the sweep with no decision
+            # A declared escalation decides what follows, here as in the sweep.
+            after = after_expiry(request=request, run=run, was=was)
+            if after.kind == "hold":
+                return GateVerdict("waiting", request, after.reason)
+            if after.kind == "fail":
+                return GateVerdict("rejected", request, after.reason)
+            if after.kind == "escalate":
+                live = ApprovalRequest.objects.filter(
+                    run=run, action=action, status__in=LIVE_STATUSES
+                ).first()
+                if live is not None:
+                    return GateVerdict("waiting", live)
                 return GateVerdict(
-                    "expired", request, f"The approval request expired at {request.expires_at}."
+                    "waiting", escalate(request=request, run=run, actor=actor, after=after)
                 )
         starter = run_starter(run)
         # Who asked for the work: the member who started the run, else the process that did.

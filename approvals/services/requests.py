@@ -16,8 +16,8 @@ from approvals.services._common import (
     default_expiry,
     lock_run,
     request_insert,
-    uuid_or_none,
 )
+from approvals.services.standing import uuid_or_none
 from cairn.credentials import free_text_refuse
 from cairn.errors import ArtifactHashMismatch, InvalidRequest, RunNotActive
 from checkpoints.models import Artifact

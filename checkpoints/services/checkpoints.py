@@ -50,7 +50,7 @@ from checkpoints.models import (
     Run,
     RunStatus,
 )
-from checkpoints.services import commit_sql, outbox
+from checkpoints.services import changes, commit_sql, outbox
 from checkpoints.services.commit_rules import commit_approval_consume, commit_rules_check
 from checkpoints.services.commit_sql import RunHead
 from checkpoints.services.reads import FIELD, TABLE, checkpoint_envelope, run_get
@@ -310,7 +310,9 @@ def checkpoint_commit(
     ``head`` is the run as the caller last saw it (``CommitResult.head`` of its previous
     commit, or ``RunHead.of`` its restored run); without it the commit reads it (one more
     statement). A stale head costs a re-read, never a wrong write: the statement writes only
-    when the run is still at that head.
+    when the run is still at that head, and only when the head is intact: the run's row
+    links to the chain the new checkpoint links to and agrees with its head checkpoint's
+    row (``commit_sql``). A tampered head is refused with IntegrityFailure, whoever writes.
 
     ``operator_override`` is only for recorded operator actions (``run_retry``, which writes
     its audit event in the same transaction): the move may go to any state of the workflow,
@@ -328,10 +330,10 @@ def checkpoint_commit(
     leaves the run anywhere but ``running`` or ``waiting_approval`` (its task ends there),
     so the task's end needs no write of its own either.
 
-    Raises NotFound, RunNotActive, ConcurrentCheckpointWrite (expected_version is not the
-    run's version), LeaseHeld (another owner holds an unexpired lease), IllegalTransition,
-    InvalidEnvelope, SecretInEnvelope, PayloadTooLarge or ArtifactHashMismatch. When it
-    raises, nothing was written.
+    Raises NotFound, IntegrityFailure, RunNotActive, ConcurrentCheckpointWrite
+    (expected_version is not the run's version), LeaseHeld (another owner holds an
+    unexpired lease), IllegalTransition, InvalidEnvelope, SecretInEnvelope,
+    PayloadTooLarge or ArtifactHashMismatch. When it raises, nothing was written.
     """
     _check_client_groups(envelope)
     if status_reason or code_version or lease_owner:
@@ -403,6 +405,8 @@ def checkpoint_commit(
             f"The run moved past version {expected_version} while this checkpoint was "
             "being written; nothing was written."
         )
+    if current.execution == Execution.EXTERNAL:
+        changes.run_committed(run_id=current.id)  # its runner may be long-polling
     if request.outbox_dispatch and settings.CAIRN_DISPATCH_ON_COMMIT:
         transaction.on_commit(lambda: outbox.outbox_dispatch(message_ids=[outbox_id]))
     commit_latency_record(seconds=time.monotonic() - started)
@@ -462,31 +466,31 @@ def checkpoint_commit_by_runner(
     code_version: str = "",
 ) -> CommitResult:
     """A runner's commit over HTTP (``POST /runs/{id}/checkpoints``): ``checkpoint_commit``,
-    after two checks on the run as it is. The next checkpoint follows the sealed head, never
-    a position forged in the row (``run_head_verify``: IntegrityFailure). And a run Cairn's
-    workers execute (``execution: worker``) takes checkpoints only from the holder of its
-    lease, named as ``lease_owner``: anyone else is refused with LeaseHeld, so an API
-    caller cannot write a worker run's history behind its worker's back. Raises what
-    ``checkpoint_commit`` raises; a refusal writes nothing."""
-    from checkpoints.services.integrity import run_head_verify
-
-    run = run_head_verify(tenant=tenant, run_id=run_id)
+    on the head it reads (one statement, which the commit then uses). A run Cairn's workers
+    execute (``execution: worker``) takes checkpoints only from the holder of its lease,
+    named as ``lease_owner``: anyone else is refused with LeaseHeld, so an API caller
+    cannot write a worker run's history behind its worker's back. Raises what
+    ``checkpoint_commit`` raises (IntegrityFailure for a tampered head, as for every
+    writer); a refusal writes nothing."""
+    run = _head_read(tenant, run_id)
+    held = run.lease_held(clock.now())
     if run.execution == Execution.WORKER and not (
-        lease_owner and run.lease_owner == lease_owner and run.lease_held()
+        lease_owner and run.lease_owner == lease_owner and held
     ):
         holder = (
             f"{run.lease_owner} holds its lease until {run.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC"
-            if run.lease_held()
+            if held
             else "nobody holds its lease now"
         )
         raise LeaseHeld(
-            f"Run {run.pk} is executed by Cairn's workers (execution: worker) and {holder}: "
+            f"Run {run.id} is executed by Cairn's workers (execution: worker) and {holder}: "
             "only the holder of its lease writes its checkpoints. Take the lease (POST "
-            f"/runs/{run.pk}/lease) and name it as lease_owner, or use the run's operator "
+            f"/runs/{run.id}/lease) and name it as lease_owner, or use the run's operator "
             "actions. Nothing was written.",
             fields={"lease_owner": "must hold the run's lease"},
         )
     return checkpoint_commit(
+        head=run,
         tenant=tenant,
         run_id=run_id,
         expected_version=expected_version,
@@ -547,9 +551,16 @@ def _commit_consuming(
 
 
 def _head_read(tenant: Tenant, run_id: UUID | str) -> RunHead:
+    """The run's head, one statement. Raises NotFound, or IntegrityFailure when the run's row
+    and its head checkpoint's row disagree: no checkpoint follows a tampered head."""
     head = commit_sql.head_read(tenant_id=tenant.id, run_id=run_id)
     if head is None:
         raise NotFound("No such run.")
+    if head.integrity_problem:
+        raise IntegrityFailure(
+            f"Integrity failure: {head.integrity_problem}; no checkpoint can follow it. "
+            "Nothing was written."
+        )
     return head
 
 

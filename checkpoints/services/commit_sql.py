@@ -19,7 +19,13 @@ transaction (the settings open transactions ``IMMEDIATE``); sqlite3 keeps them p
 The head check covers more than the version: the run's status, its budget usage and limits
 (which a lease's charge or a grant change without a new version) and the lease. So an
 envelope whose budgets or identity were built from anything but the run as it is now
-cannot be written.
+cannot be written. It is also the integrity check of every writer (``_HEAD_INTACT``): the
+run's row must link to the chain the new checkpoint links to and agree with its head
+checkpoint's row, so a tampered head is refused in the statement, without opening the
+sealed envelope (``head_read`` names the disagreement: IntegrityFailure).
+
+The PostgreSQL statement also sends ``NOTIFY`` for an externally driven run, delivered
+when its transaction commits: a runner long-polling the run wakes (``changes``).
 
 The lease clause runs on the database's clock (``cairn.clock``): whether another writer's
 lease has expired is ``lease_expires_at <= statement_timestamp()`` (SQLite: its ``'now'``),
@@ -41,6 +47,7 @@ from django.db import connection, transaction
 from django.utils.dateparse import parse_datetime
 
 from checkpoints.models import Checkpoint, OutboxMessage, Run, WorkflowDefinition
+from checkpoints.services.changes import CHANNEL
 
 RUN = Run._meta.db_table
 CHECKPOINT = Checkpoint._meta.db_table
@@ -78,6 +85,9 @@ class RunHead:
     lease_expires_at: datetime | None
     budget_used: dict[str, Any]
     budget_limits: dict[str, Any]
+    # Set by ``head_read`` when the run's row and its head checkpoint's row disagree (a row
+    # altered after it was written): a sentence naming the columns. No commit follows it.
+    integrity_problem: str | None = None
 
     @classmethod
     def of(cls, run: Run) -> RunHead:
@@ -152,20 +162,55 @@ def _loads(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
-# What a commit reads of its run (RunHead's fields, in order); each database names its own
-# placeholders for the run and the tenant.
+# What a commit reads of its run (RunHead's fields, in order), then the run's step and its
+# head checkpoint's row (id, sha256, sequence, state, step) for the integrity check; each
+# database names its own placeholders for the run and the tenant.
 _HEAD_SELECT = f"""
 SELECT r.id, r.tenant_id, r.workflow_id, r.workflow_type, r.workflow_version, w.definition,
        r.execution, r.version, r.status, r.state, r.checkpoint_sequence,
        r.latest_checkpoint_id, r.latest_checkpoint_sha256, r.lease_owner, r.lease_expires_at,
-       r.budget_used, r.budget_limits
+       r.budget_used, r.budget_limits,
+       r.step, c.id, c.sha256, c.sequence, c.state, c.step
   FROM {RUN} r JOIN {WORKFLOW} w ON w.id = r.workflow_id
+  LEFT JOIN {CHECKPOINT} c ON c.id = r.latest_checkpoint_id AND c.run_id = r.id
  WHERE r.id = {{run_id}} AND r.tenant_id = {{tenant_id}}
+"""
+
+# The integrity check every commit makes in its own statement, on the run's row as it is
+# when written (``{run}`` names the run table in the UPDATE): the row links to the chain
+# the commit links to (parent id, parent hash, sequence, state the commit was decided on),
+# and the head checkpoint's row, which the sealed envelope was hashed with, says the same
+# position (id, hash, sequence, state, step). No decryption: a run row moved without a
+# checkpoint, or a checkpoint row altered, disagree here. (Both rows altered alike is
+# found by ``run_verify`` and a worker's restore, which open the envelope.) The head is
+# looked up by the parent id the commit names, a primary-key probe: correlated only
+# through the run's columns, PostgreSQL may hash the whole checkpoint table instead.
+_HEAD_INTACT = """
+       AND latest_checkpoint_sha256 = {parent_sha256} AND checkpoint_sequence = {sequence} - 1
+       AND state = {head_state}
+       AND (CASE WHEN latest_checkpoint_id IS NULL
+                 THEN {parent_id} IS NULL AND checkpoint_sequence = 0
+                 ELSE latest_checkpoint_id = {parent_id} AND EXISTS (
+                     SELECT 1 FROM {checkpoint} c
+                      WHERE c.id = {parent_id} AND c.run_id = {run}.id
+                        AND c.sha256 = {run}.latest_checkpoint_sha256
+                        AND c.sequence = {run}.checkpoint_sequence
+                        AND c.state = {run}.state AND c.step = {run}.step) END)
 """
 
 # --- PostgreSQL -------------------------------------------------------------------------------
 _PG_HEAD = _HEAD_SELECT.format(run_id="%(run_id)s::uuid", tenant_id="%(tenant_id)s::uuid")
+_PG_HEAD_INTACT = _HEAD_INTACT.format(
+    parent_sha256="%(parent_sha256)s::text",
+    sequence="%(sequence)s::bigint",
+    head_state="%(head_state)s::text",
+    parent_id="%(parent_id)s::uuid",
+    checkpoint=CHECKPOINT,
+    run=RUN,
+)
 
+# ``notified``: runners long-poll externally driven runs (GET /runs/{id}/next); NOTIFY
+# wakes them when this transaction commits (``checkpoints.services.changes``).
 _PG_COMMIT = f"""
 WITH moved AS (
     UPDATE {RUN} SET
@@ -196,7 +241,10 @@ WITH moved AS (
        AND budget_limits = %(head_limits)s::jsonb
        AND (lease_owner = '' OR lease_expires_at IS NULL
             OR lease_expires_at <= statement_timestamp() OR lease_owner = %(lease_owner)s::text)
-    RETURNING id, tenant_id
+       {_PG_HEAD_INTACT}
+    RETURNING id, tenant_id, execution
+), notified AS (
+    SELECT pg_notify('{CHANNEL}', id::text) FROM moved WHERE execution = 'external'
 ), inserted AS (
     INSERT INTO {CHECKPOINT} (id, tenant_id, run_id, sequence, parent_id, state, step,
         schema_version, envelope_sealed, key_id, sha256, parent_sha256, actor, is_evidence,
@@ -223,7 +271,8 @@ WITH moved AS (
        AND EXISTS (SELECT 1 FROM moved)
     RETURNING id
 )
-SELECT (SELECT id FROM queued), (SELECT count(*) FROM inserted), (SELECT count(*) FROM consumed)
+SELECT (SELECT id FROM queued), (SELECT count(*) FROM inserted), (SELECT count(*) FROM consumed),
+       (SELECT count(*) FROM notified)
 """
 
 
@@ -266,6 +315,7 @@ def _pg_params(write: CommitWrite) -> dict[str, Any]:
         "head_status": head.status,
         "head_used": _json(head.budget_used),
         "head_limits": _json(head.budget_limits),
+        "head_state": head.state,
         "sequence": write.sequence,
         "checkpoint_id": write.checkpoint_id,
         "parent_id": write.parent_id,
@@ -301,6 +351,15 @@ def _pg_params(write: CommitWrite) -> dict[str, Any]:
 _SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
 _SQLITE_LATER = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || %s || ' seconds')"
 _SQLITE_HEAD = _HEAD_SELECT.format(run_id="%s", tenant_id="%s")
+# Its placeholders, in order: parent hash, sequence, head state, parent id (three times).
+_SQLITE_HEAD_INTACT = _HEAD_INTACT.format(
+    parent_sha256="%s",
+    sequence="%s",
+    head_state="%s",
+    parent_id="%s",
+    checkpoint=CHECKPOINT,
+    run=RUN,
+)
 _SQLITE_MOVE = f"""
 UPDATE {RUN} SET version = version + 1, checkpoint_sequence = %s, latest_checkpoint_id = %s,
     latest_checkpoint_sha256 = %s, state = %s, step = %s, status = %s, status_reason = %s,
@@ -314,6 +373,7 @@ UPDATE {RUN} SET version = version + 1, checkpoint_sequence = %s, latest_checkpo
    AND json(budget_used) = json(%s) AND json(budget_limits) = json(%s)
    AND (lease_owner = '' OR lease_expires_at IS NULL OR lease_expires_at <= {_SQLITE_NOW}
         OR lease_owner = %s)
+   {_SQLITE_HEAD_INTACT}
 """
 _SQLITE_INSERT = f"""
 INSERT INTO {CHECKPOINT} (id, tenant_id, run_id, sequence, parent_id, state, step,
@@ -368,6 +428,12 @@ def _sqlite_commit(write: CommitWrite) -> int | None:
                 _json(head.budget_used),
                 _json(head.budget_limits),
                 write.lease_owner,
+                write.parent_sha256,
+                write.sequence,
+                head.state,
+                _hex(write.parent_id),
+                _hex(write.parent_id),
+                _hex(write.parent_id),
             ],
         )
         if cursor.rowcount != 1:
@@ -473,7 +539,30 @@ def head_read(*, tenant_id: object, run_id: UUID | str) -> RunHead | None:
         lease_expires_at=_aware(row[14]),
         budget_used=_loads(row[15]) or {},
         budget_limits=_loads(row[16]) or {},
+        integrity_problem=_head_problem(row),
     )
+
+
+def _head_problem(row: tuple) -> str | None:
+    """A sentence when the run's row (``row[:17]``, its step at 17) and its head checkpoint's
+    row (18-22) disagree; None when they agree (or the run has no checkpoint yet)."""
+    if row[11] is None and not row[10]:
+        return None
+    if row[18] is None:
+        return f"the run's latest checkpoint {row[10]} is missing; no checkpoint can follow it"
+    differ = [
+        f"{column} '{stored}' where its head checkpoint's row says '{sealed}'"
+        for column, stored, sealed in (
+            ("state", row[9], row[21]),
+            ("step", row[17], row[22]),
+            ("sequence", row[10], row[20]),
+            ("latest hash", row[12], row[19]),
+        )
+        if stored != sealed
+    ]
+    if not differ:
+        return None
+    return f"the run's row says {' and '.join(differ)}; a row was altered after it was written"
 
 
 def commit_write(write: CommitWrite) -> int | None:
@@ -486,5 +575,5 @@ def commit_write(write: CommitWrite) -> int | None:
     """
     if connection.vendor != "postgresql":
         return _sqlite_commit(write)
-    outbox_id, inserted, _consumed = _pg_execute(_PG_COMMIT, _pg_params(write))
+    outbox_id, inserted, _consumed, _notified = _pg_execute(_PG_COMMIT, _pg_params(write))
     return outbox_id if inserted == 1 else None

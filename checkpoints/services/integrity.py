@@ -6,19 +6,21 @@ is protected: an ``UPDATE`` of a column (SQLite, or PostgreSQL with the trigger 
 changes what lists show and what the next commit starts from, without breaking a hash. So
 every reader that decides or shows a position compares the two, and a mismatch is an
 integrity failure: ``run_verify`` and the worker's restore report it, the history reads
-refuse it (``IntegrityFailure``, 409), and an externally driven commit is refused before
-anything is written (``run_head_verify``)."""
+refuse it (``IntegrityFailure``, 409). Every commit, whoever writes it, is refused by its
+own statement when the run's row and its head checkpoint's row disagree
+(``checkpoints.services.commit_sql``), without opening the envelope."""
 
 from __future__ import annotations
 
 from typing import Any
-from uuid import UUID
+
+from django.db.models import Exists, OuterRef, Q
 
 from cairn.errors import IntegrityFailure, InvalidEnvelope
 from checkpoints import envelope as env
 from checkpoints.models import Checkpoint, Run
-from checkpoints.services.reads import checkpoint_envelope, run_get
-from tenants.models import Tenant
+from checkpoints.services import commit_sql
+from checkpoints.services.reads import checkpoint_envelope
 
 
 def sealed_position(envelope: dict[str, Any]) -> tuple[Any, Any]:
@@ -52,7 +54,7 @@ def checkpoint_columns_problem(checkpoint: Checkpoint, envelope: dict[str, Any])
 
 def run_head_problem(run: Run, envelope: dict[str, Any]) -> str | None:
     """A sentence when the run's indexed position is not its latest checkpoint's envelope:
-    state, step, sequence and head id (hashes: ``head_hash_problem``). The status is not
+    state, step, sequence and head id. The status is not
     sealed (a writer may name it with any state), so it cannot be compared."""
     state, step = sealed_position(envelope)
     identity = envelope.get("identity") or {}
@@ -69,17 +71,6 @@ def run_head_problem(run: Run, envelope: dict[str, Any]) -> str | None:
     if not differ:
         return None
     return f"the run's row says {' and '.join(differ)}; the row was altered after it was written"
-
-
-def head_hash_problem(run: Run, head: Checkpoint, envelope: dict[str, Any]) -> str | None:
-    unhashable = envelope_value_problem(head, envelope)
-    if unhashable:
-        return unhashable
-    if env.sha256_of(envelope) != head.sha256:
-        return f"checkpoint {head.sequence} does not match its sha256 (tampered)"
-    if head.sha256 != run.latest_checkpoint_sha256:
-        return "the run's latest hash is not its latest checkpoint's hash"
-    return None
 
 
 def checkpoint_columns_verify(checkpoint: Checkpoint, envelope: dict[str, Any]) -> None:
@@ -119,25 +110,32 @@ def checkpoints_columns_verify(checkpoints: list[Checkpoint]) -> None:
         raise IntegrityFailure(f"Integrity failure: {'; '.join(problems)}.")
 
 
-def run_head_verify(*, tenant: Tenant, run_id: UUID | str) -> Run:
-    """Before an externally driven commit: the run's head as its columns name it must be
-    the head its sealed envelope names, or the commit would start from a forged position.
-    Reads only. Returns the run; raises NotFound or IntegrityFailure."""
-    run = run_get(tenant=tenant, run_id=run_id)
-    if not run.checkpoint_sequence:
-        return run
-    head = Checkpoint.objects.filter(run=run, pk=run.latest_checkpoint_id).first()
-    if head is None:
-        raise IntegrityFailure(
-            f"Integrity failure: the run's latest checkpoint {run.checkpoint_sequence} "
-            "is missing; no checkpoint can follow it."
-        )
-    envelope = checkpoint_envelope(head)
-    problem = (
-        head_hash_problem(run, head, envelope)
-        or checkpoint_columns_problem(head, envelope)
-        or run_head_problem(run, envelope)
+def run_head_intact(run: Run) -> Q:
+    """A filter on runs: the run's row still names ``run``'s head and agrees with that
+    checkpoint's row (id, hash, sequence, state, step), the check a commit's statement
+    makes (``commit_sql``), for the conditional update of an action that continues a run
+    from its head (resume). The head is probed by its id (a primary-key lookup)."""
+    if run.latest_checkpoint_id is None:
+        return Q(latest_checkpoint_id__isnull=True, checkpoint_sequence=0)
+    head = Checkpoint.objects.filter(
+        pk=run.latest_checkpoint_id,
+        run_id=OuterRef("pk"),
+        sha256=OuterRef("latest_checkpoint_sha256"),
+        sequence=OuterRef("checkpoint_sequence"),
+        state=OuterRef("state"),
+        step=OuterRef("step"),
     )
-    if problem:
-        raise IntegrityFailure(f"Integrity failure: {problem}; no checkpoint can follow it.")
-    return run
+    return Q(latest_checkpoint_id=run.latest_checkpoint_id) & Q(Exists(head))
+
+
+def run_head_refusal(run: Run) -> IntegrityFailure | None:
+    """Why a write that ``run_head_intact`` held back was refused: IntegrityFailure naming
+    the columns that disagree, or None when the head is intact (the run moved instead).
+    One statement; called only after a refusal."""
+    head = commit_sql.head_read(tenant_id=run.tenant_id, run_id=run.pk)
+    if head is None or not head.integrity_problem:
+        return None
+    return IntegrityFailure(
+        f"Integrity failure: {head.integrity_problem}; the run cannot continue from it. "
+        "Nothing was done; cancel the run, or fork it from a checkpoint that verifies."
+    )

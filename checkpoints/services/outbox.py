@@ -31,7 +31,12 @@ from telemetry.tracing import message_headers, run_context
 log = logging.getLogger("cairn.outbox")
 
 # Kinds that become a Celery task; every other kind is an event with no consumer yet.
-TASK_FOR_KIND = {"run.resume": "checkpoints.run_advance"}
+TASK_FOR_KIND = {
+    "run.resume": "checkpoints.run_advance",
+    # Reviewer notifications (the approvals app's tasks, named here, never imported).
+    "approval.notify": "approvals.notify_plan",
+    "approval.deliver": "approvals.notification_deliver",
+}
 
 
 def outbox_enqueue(

@@ -19,11 +19,19 @@ from cairn.errors import (
 from checkpoints.envelope import canonical_json, find_secret
 from checkpoints.models import WorkflowDefinition
 from tenants.models import Tenant
+from tenants.reviewer_groups import GROUP_NAME
 
 LIST_KEYS = ("states", "terminal", "approval_states", "effect_states")
 # What a definition declares for each approval state (``approvals``): the action an approval
-# there allows. What else an approval state declares belongs here too.
-APPROVAL_FIELDS = ("action",)
+# there allows, who may decide (``reviewers``: a role or a reviewer group of the tenant) and
+# how many distinct reviewers must approve (``quorum``). What else an approval state
+# declares belongs here too.
+APPROVAL_FIELDS = ("action", "reviewers", "quorum", "escalation")
+# After the last escalation level expires with no decision: the run fails, or it is held.
+ESCALATION_ENDINGS = ("fail", "hold")
+MAX_ESCALATION_LEVELS = 5
+REVIEWER_ROLES = ("reviewer", "admin")
+MAX_QUORUM = 20
 
 
 def definition_normalize(raw: Any) -> dict[str, Any]:
@@ -112,7 +120,61 @@ def _approvals_normalize(
             problems[f"approvals.{state}.action"] = "1-100 characters, e.g. publish"
             continue
         declared[state] = {"action": action.strip()}
+        if "reviewers" in entry:
+            reviewers = _reviewers_normalize(entry["reviewers"])
+            if reviewers is None:
+                problems[f"approvals.{state}.reviewers"] = (
+                    f'{{"role": one of {list(REVIEWER_ROLES)}}} or {{"group": a group name '
+                    "(lowercase letters, digits, - and _)}"
+                )
+            else:
+                declared[state]["reviewers"] = reviewers
+        if "quorum" in entry:
+            quorum = entry["quorum"]
+            if (
+                not isinstance(quorum, int)
+                or isinstance(quorum, bool)
+                or not 1 <= quorum <= MAX_QUORUM
+            ):
+                problems[f"approvals.{state}.quorum"] = f"a whole number from 1 to {MAX_QUORUM}"
+            else:
+                declared[state]["quorum"] = quorum
+        if "escalation" in entry:
+            escalation = _escalation_normalize(entry["escalation"])
+            if escalation is None:
+                problems[f"approvals.{state}.escalation"] = (
+                    '{"to": [1-5 reviewers, each {"role": …} or {"group": …}], "then": '
+                    f"one of {list(ESCALATION_ENDINGS)}}}"
+                )
+            else:
+                declared[state]["escalation"] = escalation
     return declared
+
+
+def _escalation_normalize(raw: Any) -> dict[str, Any] | None:
+    """``{"to": [reviewers, …], "then": "fail"|"hold"}`` (``then`` defaults to fail)."""
+    if not isinstance(raw, dict) or set(raw) - {"to", "then"}:
+        return None
+    levels = raw.get("to")
+    if not isinstance(levels, list) or not 1 <= len(levels) <= MAX_ESCALATION_LEVELS:
+        return None
+    normal = [_reviewers_normalize(level) for level in levels]
+    then = raw.get("then", "fail")
+    if any(level is None for level in normal) or then not in ESCALATION_ENDINGS:
+        return None
+    return {"to": normal, "then": then}
+
+
+def _reviewers_normalize(raw: Any) -> dict[str, str] | None:
+    """``{"role": …}`` or ``{"group": …}``, exactly one of them; None when it is neither."""
+    if not isinstance(raw, dict) or len(raw) != 1:
+        return None
+    ((kind, value),) = raw.items()
+    if kind == "role" and value in REVIEWER_ROLES:
+        return {"role": value}
+    if kind == "group" and isinstance(value, str) and GROUP_NAME.fullmatch(value):
+        return {"group": value}
+    return None
 
 
 def approval_action_default(definition: dict[str, Any], state: str) -> str:
@@ -133,6 +195,19 @@ def approval_action(definition: dict[str, Any], state: str) -> str:
     """The action an approval at ``state`` allows, as the definition declares it."""
     declared = (definition.get("approvals") or {}).get(state) or {}
     return declared.get("action") or approval_action_default(definition, state)
+
+
+def approval_reviewers(definition: dict[str, Any], state: str) -> tuple[dict[str, str], int]:
+    """Who may decide at ``state`` (``{}``: anyone who may review the run; ``{"role": …}``;
+    ``{"group": …}``) and the quorum of distinct reviewers, as the definition declares them."""
+    declared = (definition.get("approvals") or {}).get(state) or {}
+    return dict(declared.get("reviewers") or {}), int(declared.get("quorum") or 1)
+
+
+def approval_escalation(definition: dict[str, Any], state: str) -> dict[str, Any] | None:
+    """The escalation ``state`` declares (``{"to": [reviewers, …], "then": …}``), or None."""
+    declared = (definition.get("approvals") or {}).get(state) or {}
+    return declared.get("escalation")
 
 
 def _successors(definition: dict[str, Any]) -> dict[str, list[str]]:

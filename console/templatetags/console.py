@@ -12,6 +12,7 @@ from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
+from approvals.services.standing import quorum_progress, reviewers_label
 from console.menu import menu_for
 from tenants.selectors import request_permissions, request_tenant, tenants_of
 
@@ -75,3 +76,15 @@ def run_url(run_id: uuid.UUID | str) -> str:
 @register.filter
 def short_id(value: object) -> str:
     return str(value)[:8]
+
+
+@register.filter
+def quorum(approval: object) -> str:
+    """An approval request's quorum progress ("1 of 2; rita approved at …")."""
+    return str(quorum_progress(approval))
+
+
+@register.filter
+def decided_by(approval: object) -> str:
+    """Who may decide an approval request ("the reviewer group 'legal'")."""
+    return reviewers_label(approval)

@@ -45,6 +45,8 @@ from checkpoints.models import Execution, Run, RunStatus
 from checkpoints.services import outbox
 from checkpoints.services.approval_chain import gate_not_passed, run_approval_passage
 from checkpoints.services.budgets import BUDGET_LIMIT_MAX, budget_exhausted
+from checkpoints.services.changes import run_changed
+from checkpoints.services.integrity import run_head_intact, run_head_refusal
 from checkpoints.services.workflows import approval_action, gated_states
 from telemetry.logs import transition_log
 from tenants.models import Tenant
@@ -116,14 +118,25 @@ def version_check(run: Run, expected_version: int | None) -> int:
     return run.version
 
 
-def version_bump(run: Run, expected_version: int, **fields: Any) -> int:
-    """The conditional update every action makes; returns the new version."""
-    updated = Run.objects.filter(pk=run.pk, version=expected_version).update(
-        version=F("version") + 1, updated_at=timezone.now(), **fields
-    )
+def version_bump(
+    run: Run, expected_version: int, *, head_intact: bool = False, **fields: Any
+) -> int:
+    """The conditional update every action makes; returns the new version. With
+    ``head_intact`` (an action that continues the run from its head) the same update also
+    requires the run's row to agree with its head checkpoint's row, as a commit's statement
+    does, and a tampered head raises IntegrityFailure."""
+    rows = Run.objects.filter(pk=run.pk, version=expected_version)
+    if head_intact:
+        rows = rows.filter(run_head_intact(run))
+    updated = rows.update(version=F("version") + 1, updated_at=timezone.now(), **fields)
     if updated != 1:
         run.refresh_from_db(fields=["version"])
+        refusal = run_head_refusal(run) if head_intact else None
+        if refusal is not None and run.version == expected_version:
+            raise refusal
         raise stale_version_error(run, expected_version)
+    if run.execution == Execution.EXTERNAL:
+        run_changed(run_id=run.pk)  # its runner may be long-polling
     if "status" in fields:
         transition_log(
             event="run status changed",
@@ -290,10 +303,11 @@ def run_resume(
     gets that command again, at its current version: the version does not move, because
     the approval is bound to it, and the approval gate then moves the run on as decided.
 
-    Raises NotFound, ConcurrentCheckpointWrite, RunNotActive (cancelled, succeeded,
-    cancelling), ActionNotAllowed (running, reconciling, waiting for a decision, a failed
-    run whose latest checkpoint is in a terminal state, or one past an approval state its
-    history crossed without a consumed approval) or BudgetExhausted.
+    Raises NotFound, ConcurrentCheckpointWrite, IntegrityFailure (the run's row and its head
+    checkpoint's row disagree), RunNotActive (cancelled, succeeded, cancelling),
+    ActionNotAllowed (running, reconciling, waiting for a decision, a failed run whose
+    latest checkpoint is in a terminal state, or one past an approval state its history
+    crossed without a consumed approval) or BudgetExhausted.
     """
     reason = reason_clean(reason, required=False)
     with transaction.atomic():
@@ -306,6 +320,7 @@ def run_resume(
         version = version_bump(
             run,
             expected_version,
+            head_intact=True,
             status=RunStatus.RUNNING,
             status_reason=said(f"resumed by {actor.name}", reason),
             next_eligible_at=None,

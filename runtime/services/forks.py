@@ -37,6 +37,7 @@ from checkpoints.models import (
 )
 from checkpoints.services import outbox
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS
+from checkpoints.services.integrity import checkpoint_columns_verify
 from checkpoints.services.reads import checkpoint_envelope, run_get
 from checkpoints.services.workflows import gated_states, states_behind
 from runtime.input_reads import inputs_read
@@ -201,6 +202,8 @@ def _fork_plan(source: Run, from_sequence: int, inputs_patch: dict[str, Any] | N
         )
     checkpoint = _checkpoint_at(source, from_sequence)
     envelope = _envelope_of(checkpoint)
+    # The fork starts at the checkpoint's row position: it must be the sealed one.
+    checkpoint_columns_verify(checkpoint, envelope)
     if checkpoint.state in source.workflow.definition.get("terminal", []):
         raise ActionNotAllowed(
             f"Checkpoint {from_sequence} is in the terminal state {checkpoint.state}; a "
@@ -366,8 +369,9 @@ def run_fork(
     approval was bound to the source's version and used once.
 
     Raises NotFound, InvalidRequest, ConcurrentCheckpointWrite, UnknownCheckpoint,
-    ActionNotAllowed (a checkpoint in a terminal state or past an approval state),
-    SecretInEnvelope or PayloadTooLarge.
+    IntegrityFailure (the checkpoint's row is not its sealed envelope), ActionNotAllowed (a
+    checkpoint in a terminal state or past an approval state), SecretInEnvelope or
+    PayloadTooLarge.
     """
     reason = reason_clean(reason)
     with transaction.atomic():

@@ -23,6 +23,7 @@ from cairn.errors import ActionNotAllowed, RunNotActive
 from checkpoints.approvals_port import approvals_port
 from checkpoints.models import Execution, OutboxMessage, Run, RunStatus
 from checkpoints.services import outbox
+from checkpoints.services.changes import run_changed
 from runtime.services.actions import (
     FINISHED,
     enqueue_continue,
@@ -94,6 +95,7 @@ def run_pause(
             pause_reason=f"paused by {actor.name}: {reason}"[:2000],
             updated_at=timezone.now(),
         )
+        _announce(run)
         audit_record(
             tenant=tenant,
             actor=actor,
@@ -145,6 +147,7 @@ def run_unpause(
         Run.objects.filter(pk=run.pk).update(
             paused=False, pause_reason="", updated_at=timezone.now()
         )
+        _announce(run)
         run.paused = False
         held = list(
             OutboxMessage.objects.filter(run=run, kind="run.resume", sent_at__isnull=True)
@@ -169,3 +172,10 @@ def run_unpause(
         if held and settings.CAIRN_DISPATCH_ON_COMMIT:
             transaction.on_commit(lambda: outbox.outbox_dispatch(message_ids=held))
     return run_reload(run)
+
+
+def _announce(run: Run) -> None:
+    # A pause moves no version, so version_bump's announcement never happens: an external
+    # run's runner may be long-polling `next`, whose answer this changes.
+    if run.execution == Execution.EXTERNAL:
+        run_changed(run_id=run.pk)

@@ -3,24 +3,38 @@
 A runner long-polls ``GET /api/v1/runs/{id}/next?wait=30`` instead of polling in a loop:
 the answer comes as soon as the run's next command is due (a decision was made, a retry
 came due, an operator resumed it) or when the wait is over (``due`` false).
+
+The wait sleeps on a notification of the run's change (``checkpoints.services.changes``),
+reading the run only when woken, when a retry comes due and when the wait is over. A wait
+holds its server thread while it sleeps (gunicorn's threads), so one tenant holds at most
+``CAIRN_WAITS_PER_TENANT`` waits per web process; past that it gets TooManyWaits (429,
+``Retry-After``) and the other threads stay free for everybody else.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from uuid import UUID
 
+from django.conf import settings
 from django.utils import timezone
 
-from cairn.errors import InvalidRequest
+from cairn.errors import InvalidRequest, TooManyWaits
 from checkpoints.approvals_port import approvals_port
 from checkpoints.models import TERMINAL_STATUSES, Run, RunStatus
+from checkpoints.services.changes import recheck_seconds, run_change_awaited
 from checkpoints.services.reads import run_get
 from tenants.models import Tenant
 
 MAX_WAIT_SECONDS = 30
-POLL_SECONDS = 0.2
+WAIT_RETRY_AFTER_SECONDS = 2
+
+_slots_lock = threading.Lock()
+_slots: dict[object, int] = {}  # tenant id → waits held in this process
 
 
 @dataclass(frozen=True)
@@ -90,11 +104,36 @@ def run_next_command(*, run: Run) -> NextCommand:
     )
 
 
+@contextmanager
+def _wait_slot(tenant: Tenant) -> Iterator[None]:
+    """One of the tenant's waits in this process, or TooManyWaits past the cap."""
+    cap = settings.CAIRN_WAITS_PER_TENANT
+    with _slots_lock:
+        held = _slots.get(tenant.pk, 0)
+        if held >= cap:
+            raise TooManyWaits(
+                f"This tenant already holds {held} waiting requests on this server, the "
+                f"limit (CAIRN_WAITS_PER_TENANT). Wait on fewer runs at once, or ask again "
+                f"after {WAIT_RETRY_AFTER_SECONDS} seconds.",
+            )
+        _slots[tenant.pk] = held + 1
+    try:
+        yield
+    finally:
+        with _slots_lock:
+            left = _slots[tenant.pk] - 1
+            if left:
+                _slots[tenant.pk] = left
+            else:
+                del _slots[tenant.pk]
+
+
 def run_wait_next(*, tenant: Tenant, run_id: UUID | str, wait_seconds: int) -> NextCommand:
     """Answer the run's next command as soon as it is due, or after ``wait_seconds`` (0-30)
-    with ``due`` false. Each look is a fresh read outside any transaction, so a decision
-    committed by another process is seen within a fraction of a second. Raises NotFound or
-    InvalidRequest (a wait outside 0-30)."""
+    with ``due`` false. It sleeps on the run's change notification; each look is a fresh
+    read outside any transaction, so a change committed by another process is seen as soon
+    as it is announced. Raises NotFound, InvalidRequest (a wait outside 0-30) or
+    TooManyWaits (the tenant holds ``CAIRN_WAITS_PER_TENANT`` waits here already)."""
     if not isinstance(wait_seconds, int) or not 0 <= wait_seconds <= MAX_WAIT_SECONDS:
         raise InvalidRequest(
             f"wait is a whole number of seconds from 0 to {MAX_WAIT_SECONDS}.",
@@ -102,9 +141,21 @@ def run_wait_next(*, tenant: Tenant, run_id: UUID | str, wait_seconds: int) -> N
         )
     deadline = time.monotonic() + wait_seconds
     run = run_get(tenant=tenant, run_id=run_id)
-    while True:
-        answer = run_next_command(run=run)
-        if answer.due or time.monotonic() >= deadline:
-            return answer
-        time.sleep(POLL_SECONDS)
-        run = run_get(tenant=tenant, run_id=run_id)
+    answer = run_next_command(run=run)
+    if answer.due or wait_seconds == 0:
+        return answer
+    with _wait_slot(tenant), run_change_awaited(run.pk) as changed:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return answer
+            timeout = min(left, recheck_seconds())
+            if run.status == RunStatus.WAITING_RETRY and run.next_eligible_at is not None:
+                due_in = (run.next_eligible_at - timezone.now()).total_seconds()
+                timeout = max(0.0, min(timeout, due_in + 0.01))
+            changed.wait(timeout)
+            changed.clear()
+            run = run_get(tenant=tenant, run_id=run_id)
+            answer = run_next_command(run=run)
+            if answer.due:
+                return answer

@@ -1,6 +1,8 @@
 """Start the whole embedded product: web server, Celery worker with the beat scheduler, and
 the local publishing service the demo publishes to, and keep them up: a child that dies is
-started again (``Supervisor``)."""
+started again (``Supervisor``). The web server is the one production runs
+(docs/deployment.md): gunicorn with ``cairn/gunicorn.py``, never Django's development server.
+"""
 
 import os
 import signal
@@ -26,7 +28,7 @@ class Command(BaseCommand):
         call_command("sync_workflows", stdout=self.stdout, stderr=self.stderr)
         python = sys.executable
         commands = {
-            "web": [python, "manage.py", "runserver", addr, "--noreload"],
+            "web": web_command(python, addr),
             "worker": [
                 python,
                 "-m",
@@ -129,6 +131,20 @@ class Supervisor:
                 pass
             # Whatever is left of the group (a pool child that ignored SIGTERM) goes now.
             _signal_group(process, signal.SIGKILL)
+
+
+def web_command(python: str, addr: str) -> list[str]:
+    """The web process, as docs/deployment.md runs it in production, bound to ``addr``."""
+    return [
+        python,
+        "-m",
+        "gunicorn",
+        "--config",
+        "python:cairn.gunicorn",
+        "--bind",
+        addr,
+        "cairn.wsgi:application",
+    ]
 
 
 def _local_publishing_command(python: str) -> list[str] | None:

@@ -1,0 +1,147 @@
+"""Telling the processes that wait on a run that it changed, so a long-poll sleeps on a
+notification instead of reading the run again and again.
+
+A change is announced by the transaction that makes it, and heard only once it commits:
+
+- **PostgreSQL**: ``NOTIFY cairn_run_changed, '<run id>'``. The commit sends it from its
+  own statement (``commit_sql``: for externally driven runs, the only ones a runner waits
+  on, so a worker's commit pays nothing), other writers with ``run_changed``. PostgreSQL
+  delivers it when the transaction commits, to every web process: each has one listening
+  connection (a daemon thread, started by the first wait) that wakes its waiters.
+- **SQLite** (the embedded default, one machine): the same wake-up in process, on commit
+  (``transaction.on_commit``). A change made by another process (a worker settling a
+  cancel) is seen by the waiter's re-check, every ``SQLITE_RECHECK_SECONDS``.
+
+A waiter that cannot hear notifications (the listener lost its connection) re-checks every
+``RECHECK_SECONDS``; a notification is only ever a reason to look again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.db import connection, transaction
+
+log = logging.getLogger("cairn.checkpoints")
+
+CHANNEL = "cairn_run_changed"
+RECHECK_SECONDS = 10.0  # PostgreSQL: a safety net under the notifications
+SQLITE_RECHECK_SECONDS = 1.0  # SQLite: how soon another process's change is seen
+
+_lock = threading.Lock()
+_waiters: dict[str, set[threading.Event]] = {}
+
+
+def _wake(run_id: str) -> None:
+    with _lock:
+        events = list(_waiters.get(run_id, ()))
+    for event in events:
+        event.set()
+
+
+@contextmanager
+def run_change_awaited(run_id: object) -> Iterator[threading.Event]:
+    """An event set when the run changes (a committed change), for the duration of the
+    block. Starts this process's listener on PostgreSQL."""
+    key = str(run_id)
+    event = threading.Event()
+    if connection.vendor == "postgresql":
+        _listener_start(connection.get_connection_params())
+    with _lock:
+        _waiters.setdefault(key, set()).add(event)
+    try:
+        yield event
+    finally:
+        with _lock:
+            events = _waiters.get(key)
+            if events is not None:
+                events.discard(event)
+                if not events:
+                    del _waiters[key]
+
+
+def recheck_seconds() -> float:
+    if connection.vendor != "postgresql":
+        return SQLITE_RECHECK_SECONDS
+    return RECHECK_SECONDS if _listener.listening.is_set() else SQLITE_RECHECK_SECONDS
+
+
+def run_changed(*, run_id: object) -> None:
+    """Announce, inside the transaction that changes the run, that it changed: waiters in
+    every process wake when (and only if) it commits. One statement on PostgreSQL."""
+    key = str(run_id)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, key])
+    else:
+        transaction.on_commit(lambda: _wake(key))
+
+
+def run_committed(*, run_id: object) -> None:
+    """A commit wrote the run (its statement notified other processes on PostgreSQL): wake
+    this process's waiters once the transaction commits."""
+    key = str(run_id)
+    transaction.on_commit(lambda: _wake(key))
+
+
+class _Listener:
+    """One LISTEN connection per process, on a daemon thread; reconnects after a loss."""
+
+    def __init__(self) -> None:
+        self.thread: threading.Thread | None = None
+        self.listening = threading.Event()
+        self.stopping = threading.Event()
+        self.start_lock = threading.Lock()
+
+    def start(self, params: dict) -> None:
+        with self.start_lock:
+            if self.thread is not None and self.thread.is_alive():
+                return
+            self.thread = threading.Thread(
+                target=self.run, args=(dict(params),), name="cairn-run-changes", daemon=True
+            )
+            self.thread.start()
+        self.listening.wait(timeout=2)  # the first wait starts listening before it looks
+
+    def run(self, params: dict) -> None:
+        import psycopg
+
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        params.pop("prepare_threshold", None)
+        while not self.stopping.is_set():
+            try:
+                with psycopg.connect(**params, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    self.listening.set()
+                    while not self.stopping.is_set():
+                        for notify in conn.notifies(timeout=1.0):
+                            _wake(notify.payload)
+            except Exception:  # a lost connection: waiters re-check meanwhile
+                log.warning("the run-change listener lost its connection", exc_info=True)
+            self.listening.clear()
+            self.stopping.wait(1.0)
+
+    def stop(self) -> None:
+        with self.start_lock:
+            thread, self.thread = self.thread, None
+            if thread is None:
+                return
+            self.stopping.set()
+            thread.join(timeout=5)
+            self.stopping.clear()
+
+
+_listener = _Listener()
+
+
+def _listener_start(params: dict) -> None:
+    _listener.start(params)
+
+
+def listener_stop() -> None:
+    """Close this process's listening connection (before its database goes away)."""
+    _listener.stop()

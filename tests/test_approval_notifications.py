@@ -1,0 +1,240 @@
+"""Reviewers are told (issue 27, item 4): when a request is raised, each person who may
+decide it gets an email through Django's SMTP backend (a real SMTP server on loopback,
+aiosmtpd) and/or a chat message to their Slack-compatible incoming webhook (through
+``cairn.outbound``), as their preferences say, each linking to the review page. Delivery
+goes through the outbox: at least once, never twice for one request and recipient."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from approvals.models import ApprovalDecision, ApprovalNotification, ApprovalRequest
+from approvals.notify import notification_deliver, notifications_plan, notifications_remind_due
+from approvals.services.preferences import (
+    notification_preferences_get,
+    notification_preferences_set,
+)
+from cairn.errors import InvalidRequest
+from checkpoints.models import OutboxMessage
+from checkpoints.services.workflows import workflow_register
+from runtime.services.runs import run_create
+from tenants.models import AuditEvent
+from tenants.reviewer_groups import reviewer_group_create, reviewer_group_member_add
+from tenants.services import Actor, member_set_role
+from tests.approvals_support import ask, at_review, decide, deliver_all, draft, worker_run
+from tests.factories import SIMPLE_DEFINITION, UserFactory
+from tests.smtp_support import PUBLIC_URL, free_port
+
+pytestmark = pytest.mark.django_db
+
+
+def _member(username: str, tenant, role: str):  # noqa: ANN001, ANN202
+    user = UserFactory(username=username, email=f"{username}@example.org")
+    member_set_role(tenant=tenant, user=user, role=role, actor=Actor.system("test"))
+    return user
+
+
+@pytest.fixture
+def rita(acme):  # noqa: ANN001
+    return _member("rita", acme, "reviewer")
+
+
+@pytest.fixture
+def sam(acme):  # noqa: ANN001
+    return _member("sam", acme, "reviewer")
+
+
+@pytest.fixture
+def pending(acme, alice, bob, carol, rita, sam):  # noqa: ANN001
+    """A quorum-2 request for the group 'legal' (rita, sam); carol is a reviewer outside it."""
+    carol.email = "carol@example.org"
+    carol.save()
+    admin = Actor(user=alice)
+    reviewer_group_create(tenant=acme, name="legal", actor=admin)
+    for user in (rita, sam):
+        reviewer_group_member_add(tenant=acme, name="legal", username=user.username, actor=admin)
+    definition = copy.deepcopy(SIMPLE_DEFINITION)
+    definition["approvals"] = {
+        "review": {"action": "publish", "reviewers": {"group": "legal"}, "quorum": 2}
+    }
+    workflow_register(tenant=acme, workflow_type="legal", version="1", definition=definition)
+    run = run_create(
+        tenant=acme, workflow_type="legal", inputs={}, execution="external", actor=Actor(user=bob)
+    )
+    artifact = draft(acme)
+    return ask(at_review(run, artifact), artifact, bob)
+
+
+# --- email ---------------------------------------------------------------------------------
+def test_raising_a_request_emails_each_reviewer_who_may_decide_it(smtp, pending):  # noqa: ANN001
+    assert OutboxMessage.objects.filter(
+        kind="approval.notify", payload__request_id=str(pending.pk)
+    ).exists()
+    deliver_all()
+    assert sorted(r[0] for r, _ in smtp.messages) == ["rita@example.org", "sam@example.org"]
+    assert smtp.to("carol@example.org") == []  # a reviewer outside the group
+    assert smtp.to("bob@example.org") == []  # four eyes: he started the run and asked
+    message = smtp.to("rita@example.org")[0]
+    assert "publish" in message["Subject"]
+    body = message.get_payload(decode=True).decode()
+    link = f"{PUBLIC_URL}/approvals/{pending.pk}/"
+    assert link in body
+    assert "0 of 2" in body
+    assert message["Message-ID"].endswith("@cairn.notifications>")
+
+
+def test_each_recipient_is_told_once_however_often_the_outbox_repeats_itself(smtp, pending):  # noqa: ANN001
+    deliver_all()
+    # The dispatcher publishes the plan again, and every delivery twice (at least once).
+    assert notifications_plan(request_id=pending.pk) == 0
+    for row in ApprovalNotification.objects.all():
+        assert notification_deliver(notification_id=row.pk) == "skipped"
+    deliver_all()
+    assert len(smtp.messages) == 2
+    assert ApprovalNotification.objects.filter(sent_at__isnull=False).count() == 2
+
+
+def test_a_failed_delivery_is_retried_through_the_outbox_and_sent_once(settings, smtp, pending):  # noqa: ANN001
+    port = settings.EMAIL_PORT
+    settings.EMAIL_PORT = free_port()  # nothing listens there
+    done = deliver_all()
+    assert done["failed"] >= 2 and smtp.messages == []
+    failed = ApprovalNotification.objects.filter(sent_at__isnull=True)
+    assert failed.count() == 2
+    assert all("ConnectionRefused" in row.last_error for row in failed)
+    assert all(row.attempts >= 1 for row in failed)
+    # The retries are outbox messages due later; once the server answers, each is sent once.
+    ApprovalNotification.objects.update(attempts=0)
+    settings.EMAIL_PORT = port
+    for row in ApprovalNotification.objects.all():
+        notification_deliver(notification_id=row.pk)
+    deliver_all()
+    assert sorted(r[0] for r, _ in smtp.messages) == ["rita@example.org", "sam@example.org"]
+
+
+def test_the_link_opens_the_review_page_and_decides_nothing(smtp, pending, rita):  # noqa: ANN001
+    deliver_all()
+    body = smtp.to("rita@example.org")[0].get_payload(decode=True).decode()
+    path = next(w for w in body.split() if w.startswith(PUBLIC_URL))[len(PUBLIC_URL) :]
+    client = Client()
+    client.force_login(rita)
+    page = client.get(path)
+    assert page.status_code == 200
+    assert not ApprovalDecision.objects.filter(request=pending).exists()
+    pending.refresh_from_db()
+    assert pending.status == "pending"
+
+
+def test_a_member_who_turns_email_off_gets_none(smtp, acme, rita, sam, alice, bob, carol):  # noqa: ANN001
+    notification_preferences_set(tenant=acme, user=rita, email=False, actor=Actor(user=rita))
+    artifact = draft(acme)
+    run = worker_run(acme, bob)
+    ask(at_review(run, artifact), artifact, bob)
+    deliver_all()
+    assert smtp.to("rita@example.org") == []
+    assert smtp.to("sam@example.org") and smtp.to("carol@example.org")
+
+
+# --- chat ----------------------------------------------------------------------------------
+def test_a_chat_message_goes_to_the_members_incoming_webhook(smtp, acme, rita, pending, receivers):  # noqa: ANN001
+    hook = receivers()
+    notification_preferences_set(
+        tenant=acme, user=rita, chat=True, chat_url=hook.url, actor=Actor(user=rita)
+    )
+    # The request was raised before rita chose chat: plan again, as a repeat would.
+    notifications_plan(request_id=pending.pk)
+    deliver_all()
+    assert len(hook.seen) == 1
+    method, _, headers, body = hook.seen[0]
+    assert method == "POST" and headers["Content-Type"] == "application/json"
+    text = json.loads(body)["text"]
+    assert f"{PUBLIC_URL}/approvals/{pending.pk}/" in text
+    notifications_plan(request_id=pending.pk)
+    deliver_all()
+    assert len(hook.seen) == 1  # never twice
+
+
+def test_a_chat_url_the_outbound_checks_refuse_is_refused_with_a_sentence(acme, rita):  # noqa: ANN001
+    for url in ("http://169.254.169.254/latest", "http://localhost:6379/", "ftp://x.example/"):
+        with pytest.raises(InvalidRequest) as raised:
+            notification_preferences_set(
+                tenant=acme, user=rita, chat=True, chat_url=url, actor=Actor(user=rita)
+            )
+        assert raised.value.fields["chat_url"]
+    with pytest.raises(InvalidRequest) as raised:
+        notification_preferences_set(tenant=acme, user=rita, chat=True, actor=Actor(user=rita))
+    assert "incoming-webhook URL" in raised.value.detail
+
+
+# --- preferences: the API and the console -------------------------------------------------
+def test_a_member_reads_and_sets_their_preferences_through_the_api(api_as, acme, rita, receivers):  # noqa: ANN001
+    api = api_as(rita, acme)
+    assert api.get("/api/v1/account/notifications").json() == {
+        "email": True,
+        "chat": False,
+        "chat_url": None,
+        "email_address": "rita@example.org",
+    }
+    hook = receivers()
+    changed = api.put(
+        "/api/v1/account/notifications",
+        {"email": False, "chat": True, "chat_url": hook.url},
+        format="json",
+    )
+    assert changed.status_code == 200, changed.content
+    shown = changed.json()
+    assert shown["email"] is False and shown["chat"] is True
+    assert shown["chat_url"] == "http://127.0.0.1/…"  # the rest of the URL is its secret
+    bad = api.put(
+        "/api/v1/account/notifications",
+        {"chat": True, "chat_url": "http://169.254.169.254/"},
+        format="json",
+    )
+    assert bad.status_code == 400 and bad.json()["fields"]["chat_url"]
+    event = AuditEvent.objects.filter(action="notification.preferences").last()
+    assert event.target == "rita" and hook.url not in json.dumps(event.details)
+
+
+def test_a_member_sets_their_preferences_in_the_console(acme, rita):  # noqa: ANN001
+    client = Client()
+    client.force_login(rita)
+    page = client.get("/approvals/notifications/")
+    assert page.status_code == 200 and b'name="email"' in page.content
+    saved = client.post("/approvals/notifications/", {"chat_url": ""}, follow=True)
+    assert saved.status_code == 200
+    assert b"Email" in saved.content
+    assert notification_preferences_get(tenant=acme, user=rita).email is False
+    refused = client.post(
+        "/approvals/notifications/", {"chat": "on", "chat_url": "http://169.254.169.254/"}
+    )
+    assert refused.status_code == 400
+
+
+# --- about to expire ------------------------------------------------------------------------
+def test_reviewers_are_reminded_once_when_a_request_is_about_to_expire(smtp, pending):  # noqa: ANN001
+    deliver_all()
+    assert notifications_remind_due() == 0  # a day left: not yet
+    soon = timezone.now() + timedelta(minutes=30)
+    ApprovalRequest.objects.filter(pk=pending.pk).update(expires_at=soon)
+    assert notifications_remind_due() == 1
+    assert notifications_remind_due() == 0  # once per request
+    deliver_all()
+    for address in ("rita@example.org", "sam@example.org"):
+        subjects = [m["Subject"] for m in smtp.to(address)]
+        assert len(subjects) == 2 and "expires at" in subjects[1]
+        body = smtp.to(address)[1].get_payload(decode=True).decode()
+        assert f"{PUBLIC_URL}/approvals/{pending.pk}/" in body
+
+
+def test_a_decided_request_is_not_reminded(smtp, pending, rita, sam):  # noqa: ANN001
+    decide(pending, rita)
+    decide(pending, sam)
+    soon = timezone.now() + timedelta(minutes=30)
+    ApprovalRequest.objects.filter(pk=pending.pk).update(expires_at=soon)
+    assert notifications_remind_due() == 0
