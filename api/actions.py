@@ -71,7 +71,10 @@ class RetryInSerializer(StrictSerializer):
 class ForkInSerializer(StrictSerializer):
     from_sequence = serializers.IntegerField(min_value=1)
     inputs_patch = serializers.DictField(
-        required=False, help_text="A JSON Merge Patch (RFC 7396) applied to the run's inputs."
+        required=False,
+        help_text="A JSON Merge Patch (RFC 7396) of the checkpoint's input values (not of the "
+        'inputs group: {"lang": "de"}, not {"values": {...}}). A non-empty patch that '
+        "changes nothing is refused.",
     )
     reason = _reason()
     expected_version = _expected_version()
@@ -99,13 +102,19 @@ class ForkWarningSerializer(serializers.Serializer):
 
 class ForkResultSerializer(RunSerializer):
     warnings = serializers.SerializerMethodField()
+    unread_inputs = serializers.SerializerMethodField()
 
     class Meta(RunSerializer.Meta):
-        fields = [*RunSerializer.Meta.fields, "warnings"]
+        fields = [*RunSerializer.Meta.fields, "warnings", "unread_inputs"]
 
     @extend_schema_field(ForkWarningSerializer(many=True))
     def get_warnings(self, run: object) -> list[dict]:
         return self.context.get("warnings", [])
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_unread_inputs(self, run: object) -> list[str]:
+        """Changed input names no step of the workflow reads (empty when Cairn cannot tell)."""
+        return self.context.get("unread_inputs", [])
 
 
 class ForkPreviewSerializer(serializers.Serializer):
@@ -193,7 +202,10 @@ class ForkView(ActionView):
     def post(self, request: Request, run_id: str) -> Response:
         data = self.parsed(ForkInSerializer)
         result = run_fork(tenant=self.tenant, run_id=run_id, actor=self.actor, **data)
-        body = ForkResultSerializer(result.run, context={"warnings": result.warnings}).data
+        body = ForkResultSerializer(
+            result.run,
+            context={"warnings": result.warnings, "unread_inputs": result.unread_inputs},
+        ).data
         return Response(body, status=201)
 
 

@@ -3,6 +3,7 @@ the service call. The flow that uses them is in ``console.actions``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,7 @@ from runtime.services.actions import (
 )
 from runtime.services.cancel import run_cancel
 from runtime.services.cancel_finish import cancel_blocking_operations
-from runtime.services.forks import run_fork, run_fork_preview
+from runtime.services.forks import run_fork, run_fork_review
 from runtime.services.operations import operation_record_outcome, operations_open
 from runtime.services.pause import pause_refusal, run_pause, run_unpause
 from runtime.services.retry import retry_refusal, run_retry, workflow_steps
@@ -35,6 +36,10 @@ class Summary:
     lines: list[str] = field(default_factory=list)
     warnings: list[dict[str, Any]] = field(default_factory=list)
     blocked: str = ""
+    # A fork's input changes as (name, before, after), and (name, sentence) for each changed
+    # name no step reads.
+    changes: list[tuple[str, str, str]] = field(default_factory=list)
+    unread: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -185,25 +190,50 @@ def _retry_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
 def _fork_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
     sequence = data["from_sequence"]
     patch = data.get("inputs_patch")
+    # Refused here (shown on the form) exactly as the fork itself would be refused.
+    review = run_fork_review(
+        tenant=access.tenant, run_id=run.pk, from_sequence=sequence, inputs_patch=patch
+    )
     summary = Summary(
         [
             f"A new run starts from checkpoint #{sequence} of this run, with its evidence and "
             "the budget used at that point.",
             (
-                f"Inputs changed: {', '.join(sorted(patch))}."
-                if patch
-                else "The inputs stay as they were."
+                f"Inputs changed: {', '.join(c.key for c in review.changes)}."
+                if review.changes
+                else f"No input changes: the fork starts with the same inputs as checkpoint "
+                f"#{sequence}, so its steps may produce the same results again (and a "
+                "reviewer may be asked to approve the same draft again)."
             ),
             "This run is not changed.",
         ]
     )
-    # Refused here (shown on the form) exactly as the fork itself would be refused.
-    summary.warnings = run_fork_preview(
-        tenant=access.tenant, run_id=run.pk, from_sequence=sequence, inputs_patch=patch
-    )
+    summary.warnings = review.warnings
+    summary.changes = [
+        (
+            c.key,
+            "(none)" if c.added else _json(c.before),
+            "(removed)" if c.removed else _json(c.after),
+        )
+        for c in review.changes
+    ]
+    workflow = f"{run.workflow_type}@{run.workflow_version}"
+    summary.unread = [
+        (key, f"No step of {workflow} reads {key!r}: the fork carries it, but nothing uses it.")
+        for key in review.unread
+    ]
+    if review.changes and not review.reads_known:
+        summary.lines.append(
+            f"Cairn cannot tell from {workflow}'s code which inputs its steps read, so it "
+            "cannot warn about a name no step reads: check the names."
+        )
     if not summary.warnings:
         summary.lines.append(f"No confirmed side effect happened after checkpoint #{sequence}.")
     return summary
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
 def _amount(value: float | int) -> str:

@@ -22,6 +22,10 @@ from cairn.errors import CairnError, ConcurrentCheckpointWrite, NotFound
 from checkpoints.models import ExternalOperation, Run, RunStatus
 from console import run_reads
 from console.action_specs import ACTIONS, Spec, outcome_spec
+from runtime.services.actions import grant_refusal, resume_refusal
+from runtime.services.cancel import cancel_refusal
+from runtime.services.pause import pause_refusal
+from runtime.services.retry import retry_run_refusal
 from tenants import roles
 from tenants.access import ConsoleAccess, console_view
 
@@ -29,24 +33,17 @@ from tenants.access import ConsoleAccess, console_view
 # --- which actions a run offers (no queries: the run page's operations are passed in) --------
 def actions_available(run: Run, operations: list[ExternalOperation]) -> dict[str, Any]:
     status = run.status
-    finished = status in (RunStatus.CANCELLED, RunStatus.SUCCEEDED)
-    resumable = status in (RunStatus.PAUSED_FOR_REVIEW, RunStatus.WAITING_RETRY, RunStatus.FAILED)
+    # Each offer asks the function the service raises its refusal from (one rule, one place):
+    # the panel never offers what the server would refuse. Rows only, no query.
     offered = {
-        # A run that failed in a final state (a rejected draft) has nothing left to resume.
-        # (The run page loads the workflow with the run, so this reads no row.)
-        "resume": resumable and run.state not in (run.workflow.definition.get("terminal") or ()),
-        "cancel": not finished and status not in (RunStatus.FAILED, RunStatus.CANCELLING),
-        "retry": not finished and status != RunStatus.CANCELLING,
+        # A worker run waiting for approval is decided by its request, not resumed here.
+        "resume": resume_refusal(run) is None and status != RunStatus.WAITING_APPROVAL,
+        "cancel": cancel_refusal(run) is None,
+        "retry": retry_run_refusal(run) is None,
         "fork": run.checkpoint_sequence > 0,
-        # An operator's hold (runtime.services.pause): offered as the service allows it.
-        "pause": not run.paused
-        and status not in (RunStatus.FAILED, RunStatus.CANCELLING)
-        and not finished,
+        "pause": not pause_refusal(run),
         "unpause": run.paused,
-        # Only a limit can be raised: a run without any has nothing to grant.
-        "grant_budget": not finished
-        and status not in (RunStatus.CANCELLING, RunStatus.WAITING_APPROVAL)
-        and any(v is not None for v in (run.budget_limits or {}).values()),
+        "grant_budget": grant_refusal(run) is None,
     }
     no_worker = status in (RunStatus.CANCELLING, RunStatus.PAUSED_FOR_REVIEW, RunStatus.FAILED)
     # Pending and reserved ones are a worker's business while one may still send them; a

@@ -3,16 +3,18 @@ asks for a reason; the services check everything again, these only shape the inp
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
+from django.urls import reverse
 
 from checkpoints.models import Checkpoint, Run
 from checkpoints.services.budgets import BUDGET_LIMIT_MAX
 from console.form_fields import json_object_from_text
 from runtime.services.actions import MAX_REASON
-from runtime.services.forks import forkable_sequences
+from runtime.services.forks import fork_input_values, forkable_sequences, inputs_patch_between
 from runtime.services.retry import retry_choices
 
 # The fork form offers this many of the newest checkpoints (the API accepts any).
@@ -71,16 +73,21 @@ class RetryForm(ActionForm):
 
 
 class ForkForm(ActionForm):
+    """The fork editor: the operator edits the chosen checkpoint's input values (what the
+    steps read as ``ctx.inputs``); the form hands the service the merge patch between them
+    (``inputs_patch``), so the service's rules (and refusals) are the API's."""
+
     from_sequence = forms.TypedChoiceField(label="From checkpoint", coerce=int)
-    inputs_patch = forms.CharField(
-        label="Change the inputs (optional)",
+    inputs = forms.CharField(
+        label="Inputs at the checkpoint",
         required=False,
-        widget=forms.Textarea(attrs={"rows": 4, "class": "mono", "spellcheck": "false"}),
-        help_text='A JSON merge patch of the run\'s inputs, e.g. {"lang": "de", "draft": null}: '
-        "null removes an input, objects merge.",
+        widget=forms.Textarea(attrs={"rows": 8, "class": "mono", "spellcheck": "false"}),
+        help_text="The input values the workflow's steps read, as recorded in the chosen "
+        "checkpoint. Edit them as JSON: change a value, add one, or delete a line to remove "
+        "an input. The next page shows each change before → after.",
     )
 
-    field_order = ["from_sequence", "inputs_patch", "reason", "version"]
+    field_order = ["from_sequence", "inputs", "reason", "version"]
 
     def __init__(self, *args: Any, run: Run, **kwargs: Any) -> None:
         super().__init__(*args, run=run, **kwargs)
@@ -93,7 +100,7 @@ class ForkForm(ActionForm):
         # state, is always refused; the newest one it accepts is the default.
         allowed = set(forkable_sequences(run, [(r[0], r[1]) for r in rows]))
         rows = [r for r in rows if r[0] in allowed]
-        if rows and not self.is_bound and "from_sequence" not in (self.initial or {}):
+        if rows and not self.is_bound and not self.initial.get("from_sequence"):
             self.initial["from_sequence"] = rows[0][0]
         self.fields["from_sequence"].choices = [
             (
@@ -103,12 +110,43 @@ class ForkForm(ActionForm):
             )
             for seq, state, step, created in rows
         ]
+        # Choosing another checkpoint reloads the form with that checkpoint's values.
+        self.fields["from_sequence"].widget.attrs.update(
+            {
+                "hx-get": reverse("console:run_action", args=[run.pk, "fork"]),
+                "hx-target": "closest .action-body",
+                "hx-swap": "outerHTML",
+                "hx-include": "previous [name=version]",
+                "hx-disabled-elt": "this",
+            }
+        )
+        if not self.is_bound and "inputs" not in self.initial:
+            sequence = str(self.initial.get("from_sequence") or "")
+            if sequence.isdigit() and int(sequence) in allowed:
+                values = fork_input_values(
+                    tenant=run.tenant, run_id=run.pk, from_sequence=int(sequence)
+                )
+                self.initial["inputs"] = json.dumps(values, indent=2, sort_keys=True)
 
-    def clean_inputs_patch(self) -> dict[str, Any] | None:
-        text = self.cleaned_data["inputs_patch"].strip()
-        if not text:
-            return None
-        return json_object_from_text(text, name="patch")
+    def clean_inputs(self) -> dict[str, Any] | None:
+        text = self.cleaned_data["inputs"].strip()
+        return json_object_from_text(text, name="inputs") if text else None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        sequence, edited = data.get("from_sequence"), data.get("inputs")
+        data["inputs_patch"] = None
+        if sequence is None or edited is None:
+            return data
+        before = fork_input_values(
+            tenant=self.run.tenant, run_id=self.run.pk, from_sequence=sequence
+        )
+        if any(v is None and before.get(k, 0) is not None for k, v in edited.items()):
+            # In a merge patch null removes: a value cannot become null.
+            self.add_error("inputs", "An input cannot be null here; delete its line to remove it.")
+            return data
+        data["inputs_patch"] = inputs_patch_between(before, edited) or None
+        return data
 
 
 class GrantBudgetForm(ActionForm):

@@ -158,15 +158,14 @@ def test_retry_offers_only_the_workflows_steps(console, wrun):
 def test_fork_confirmation_names_the_effects_that_may_happen_again(console, wrun, bob):
     run = advance(wrun, bob, "publish")
     operation(run, "pub-1", "confirmed")
-    html = post(console, run, "fork", from_sequence=2, inputs_patch='{"lang": "de"}').content
+    german = '{"question": "why?", "lang": "de"}'
+    html = post(console, run, "fork", from_sequence=2, inputs=german).content
     html = html.decode()
     assert 'data-warning="pub-1"' in html
     assert "confirmed after checkpoint 2" in html
     assert "Inputs changed: lang." in html
     assert Run.objects.count() == 1
-    response = post(
-        console, run, "fork", confirm=True, from_sequence=2, inputs_patch='{"lang": "de"}'
-    )
+    response = post(console, run, "fork", confirm=True, from_sequence=2, inputs=german)
     fork = Run.objects.exclude(pk=run.pk).get()
     assert response["Location"] == f"/runs/{fork.pk}/"
     assert (fork.forked_from_run_id, fork.forked_from_checkpoint.sequence) == (run.pk, 2)
@@ -175,15 +174,13 @@ def test_fork_confirmation_names_the_effects_that_may_happen_again(console, wrun
     assert 'id="fork-parent"' in page
 
 
-def test_fork_refuses_a_patch_that_is_not_a_json_object(console, wrun):
-    html = post(console, wrun, "fork", from_sequence=1, inputs_patch="[1]").content.decode()
+def test_fork_refuses_inputs_that_are_not_a_json_object(console, wrun):
+    html = post(console, wrun, "fork", from_sequence=1, inputs="[1]").content.decode()
     assert "must be a JSON object" in html
-    html = post(console, wrun, "fork", from_sequence=1, inputs_patch="{nope").content.decode()
+    html = post(console, wrun, "fork", from_sequence=1, inputs="{nope").content.decode()
     assert "This is not JSON" in html
-    html = post(
-        console, wrun, "fork", from_sequence=1, inputs_patch=f'{{"n": {2**60}}}'
-    ).content.decode()
-    assert "This cannot be stored: the patch.n is an integer outside" in html
+    html = post(console, wrun, "fork", from_sequence=1, inputs=f'{{"n": {2**60}}}').content.decode()
+    assert "This cannot be stored: the inputs.n is an integer outside" in html
     assert Run.objects.filter(forked_from_run=wrun).count() == 0
 
 

@@ -67,7 +67,7 @@ FORMS = {
     "/runs/{run}/actions/cancel/": "version reason confirm",
     "/runs/{run}/actions/resume/": "version reason confirm",
     "/runs/{run}/actions/retry/": "version reason step confirm",
-    "/runs/{run}/actions/fork/": "version reason from_sequence inputs_patch confirm",
+    "/runs/{run}/actions/fork/": "version reason from_sequence inputs confirm",
     "/runs/{run}/actions/grant_budget/": "version reason attempts tokens cost deadline confirm",
     "/retention/": "workflow_type intermediate_days model_context_days failed_days expire_days",
     "/retention/preview/": "intermediate_days model_context_days failed_days expire_days",

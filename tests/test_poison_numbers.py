@@ -134,7 +134,7 @@ def test_the_console_fork_form_refuses_it(client, bob, run):  # noqa: ANN001
         f"/runs/{run.id}/actions/fork/",
         {
             "from_sequence": "1",
-            "inputs_patch": '{"n": 1e20}',
+            "inputs": '{"n": 1e20}',
             "reason": "r",
             "version": run.version,
             "confirm": "1",

@@ -7,6 +7,7 @@ from uuid import UUID
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.urls import reverse
 
 from approvals.services.evidence import run_evidence_export
@@ -14,7 +15,9 @@ from cairn.errors import CairnError
 from checkpoints.services.artifacts import artifact_read
 from checkpoints.services.integrity import run_head_problem
 from console import run_reads
+from console.conditional import conditional
 from console.machine import machine_drawing
+from runtime.services.actions import FINISHED
 from telemetry.tracing import trace_url
 from tenants import roles
 from tenants.access import console_view
@@ -32,6 +35,8 @@ def _snapshot_context(run, seen_version: int | None = None) -> dict:  # noqa: AN
         "budgets": run_reads.budget_bars(run),
         "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
         "seen_version": run.version if seen_version is None else seen_version,
+        # A finished run does not move again: its page stops polling.
+        "polling": run.status not in FINISHED,
     }
 
 
@@ -104,8 +109,16 @@ def run_snapshot(request: HttpRequest, run_id: UUID) -> HttpResponse:
     """The snapshot panel alone, polled by htmx so status and budgets stay current."""
     run = run_reads.run_for_page(tenant=request.console.tenant, run_id=run_id)
     seen = request.GET.get("seen", "")
-    seen_version = int(seen) if seen.isdigit() else None
-    return render(request, "console/run_detail.html#snapshot", _snapshot_context(run, seen_version))
+    seen_version = int(seen) if seen.isascii() and seen.isdigit() and len(seen) < 19 else None
+    context = _snapshot_context(run, seen_version)
+    body = render_to_string("console/run_detail.html#snapshot", context, request)
+    if context["seen_version"] != run.version:
+        # The run moved on: the actions panel (out of band) withdraws the page's actions.
+        body += render_to_string(
+            "console/run_detail.html#actions", {**context, "oob": True}, request
+        )
+    # A poll that finds nothing new costs a 304 without a body (console.conditional).
+    return conditional(request, HttpResponse(body))
 
 
 @console_view(roles.OPERATE)

@@ -12,6 +12,7 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from checkpoints.models import Run, RunStatus
+from console.conditional import conditional
 from console.forms import RunFilterForm
 from console.selectors import (
     SORTS,
@@ -110,7 +111,7 @@ def run_counts(request: HttpRequest) -> HttpResponse:
         "current_status": filters.get("status") or "",
         "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
     }
-    return render(request, "console/runs.html#counts", context)
+    return conditional(request, render(request, "console/runs.html#counts", context))
 
 
 @console_view(roles.OPERATE)
@@ -151,7 +152,7 @@ def run_rows(request: HttpRequest) -> HttpResponse:
         "rows_query": _rows_query(request.GET, rows, live_new),
         "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
     }
-    return render(request, "console/runs.html#rows", context)
+    return conditional(request, render(request, "console/runs.html#rows", context))
 
 
 def _parse_time(raw: str) -> datetime | None:

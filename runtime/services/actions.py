@@ -33,6 +33,7 @@ from cairn.credentials import free_text_refuse
 from cairn.errors import (
     ActionNotAllowed,
     BudgetExhausted,
+    CairnError,
     ConcurrentCheckpointWrite,
     InvalidRequest,
     LeaseHeld,
@@ -161,20 +162,37 @@ def enqueue_continue(run: Run, version: int, available_at: datetime | None = Non
     )
 
 
-def refuse_finished(run: Run, what: str) -> None:
+# Each rule below is decided by one function that returns the refusal (or None) from the
+# run's row alone: the service raises it, and the console's actions panel asks the same
+# function before it offers the action, so the panel never offers what the server refuses.
+def finished_refusal(run: Run, what: str) -> RunNotActive | None:
     if run.status in FINISHED:
-        raise RunNotActive(f"The run is {run.status}; it cannot be {what}.")
+        return RunNotActive(f"The run is {run.status}; it cannot be {what}.")
     if run.status == RunStatus.CANCELLING:
-        raise RunNotActive(f"The run is being cancelled; it cannot be {what}.")
+        return RunNotActive(f"The run is being cancelled; it cannot be {what}.")
+    return None
 
 
-def refuse_exhausted(run: Run, what: str) -> None:
+def refuse_finished(run: Run, what: str) -> None:
+    refusal = finished_refusal(run, what)
+    if refusal:
+        raise refusal
+
+
+def exhausted_refusal(run: Run, what: str) -> BudgetExhausted | None:
     exhausted = budget_exhausted(run)
     if exhausted:
-        raise BudgetExhausted(
+        return BudgetExhausted(
             f"The run cannot be {what}: {exhausted}. Grant more budget first; only an "
             "operator's grant adds budget."
         )
+    return None
+
+
+def refuse_exhausted(run: Run, what: str) -> None:
+    refusal = exhausted_refusal(run, what)
+    if refusal:
+        raise refusal
 
 
 # --- approval gates -------------------------------------------------------------------------
@@ -215,27 +233,42 @@ def _waiting_sentence(run: Run, awaited: AwaitedApproval | None) -> str:
     )
 
 
+def resume_refusal(run: Run) -> CairnError | None:
+    """Why ``run_resume`` refuses the run, from its row alone (no query), or None. A worker
+    run waiting for approval is None here: whether its decided approval's command was lost
+    is read by ``resume_check``. A head past an approval state it crossed without one is
+    also ``resume_check``'s (it reads the chain)."""
+    refusal = finished_refusal(run, "resumed")
+    if refusal:
+        return refusal
+    if run.status == RunStatus.WAITING_APPROVAL and run.execution == Execution.WORKER:
+        return None
+    if run.status not in RESUMABLE:
+        return ActionNotAllowed(_NOT_RESUMABLE.get(run.status, f"The run is {run.status}."))
+    if run.state in (run.workflow.definition.get("terminal") or ()):
+        # E.g. a rejected demo run: nothing is left to run from a final state, so a resumed
+        # run would only sit in ``running`` forever.
+        return ActionNotAllowed(
+            f"The run ended in state {run.state}, a final state of its workflow: there is "
+            "nothing left to resume. Retry a named step or fork the run instead."
+        )
+    return exhausted_refusal(run, "resumed")
+
+
 def resume_check(run: Run) -> AwaitedApproval | None:
     """The refusals of ``run_resume`` for the run as it is, so a confirmation can show them
     before anyone confirms. Reads nothing more, except the approval a worker run waiting
     for one is bound to: returned when it is decided and only the run's command is missing
     (then a resume sends that command again). Raises RunNotActive, ActionNotAllowed or
     BudgetExhausted."""
-    refuse_finished(run, "resumed")
+    refusal = resume_refusal(run)
+    if refusal:
+        raise refusal
     if run.status == RunStatus.WAITING_APPROVAL and run.execution == Execution.WORKER:
         awaited = approvals_port().approval_awaited(run=run)
         if awaited is None or not awaited.decided:
             raise ActionNotAllowed(_waiting_sentence(run, awaited))
         return awaited
-    if run.status not in RESUMABLE:
-        raise ActionNotAllowed(_NOT_RESUMABLE.get(run.status, f"The run is {run.status}."))
-    if run.state in (run.workflow.definition.get("terminal") or ()):
-        # E.g. a rejected demo run: nothing is left to run from a final state, so a resumed
-        # run would only sit in ``running`` forever.
-        raise ActionNotAllowed(
-            f"The run ended in state {run.state}, a final state of its workflow: there is "
-            "nothing left to resume. Retry a named step or fork the run instead."
-        )
     # A head past an approval state its history crossed without one (rows older Cairn
     # wrote, or written by hand) can only end: a resume would take it into the effect.
     gate = gate_not_passed_for(run, run.state)
@@ -247,7 +280,6 @@ def resume_check(run: Run) -> AwaitedApproval | None:
             f"'{approval_action(run.workflow.definition, gate)}': a resume would take it on "
             f"into what only an approval allows. Nothing was done; {end}."
         )
-    refuse_exhausted(run, "resumed")
     return None
 
 
@@ -380,6 +412,22 @@ def _parse_deadline(deadline: datetime | str | None) -> datetime | None:
     return parsed
 
 
+def grant_refusal(run: Run) -> CairnError | None:
+    """Why no grant can be made on the run, from its row alone, or None (the lease is
+    ``grant_refusal_while_leased``'s: it asks the database's clock)."""
+    refusal = finished_refusal(run, "granted budget")
+    if refusal:
+        return refusal
+    if run.status == RunStatus.WAITING_APPROVAL:
+        return ActionNotAllowed(
+            "The run waits for an approval bound to its current version; a grant now "
+            "would invalidate it. Decide the approval first."
+        )
+    if not any(v is not None for v in (run.budget_limits or {}).values()):
+        return ActionNotAllowed("The run has no budget limit; there is nothing to raise.")
+    return None
+
+
 def grant_refusal_while_leased(run: Run) -> str | None:
     """Why a grant cannot be made now, or None: while someone holds the run's lease a step is
     being executed under the current version, and a grant moves the version, so that step's
@@ -422,12 +470,9 @@ def grant_plan(
             "Name what to grant: attempts, tokens, cost or a later deadline.",
             fields={"attempts": "one of attempts, tokens, cost, deadline is required"},
         )
-    refuse_finished(run, "granted budget")
-    if run.status == RunStatus.WAITING_APPROVAL:
-        raise ActionNotAllowed(
-            "The run waits for an approval bound to its current version; a grant now "
-            "would invalidate it. Decide the approval first."
-        )
+    refusal = grant_refusal(run)
+    if refusal:
+        raise refusal
     leased = grant_refusal_while_leased(run)
     if leased:
         raise LeaseHeld(leased)

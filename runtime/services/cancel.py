@@ -47,6 +47,18 @@ from tenants.services import Actor, audit_record
 log = logging.getLogger("cairn.actions")
 
 
+def cancel_refusal(run: Run) -> RunNotActive | None:
+    """Why ``run_cancel`` refuses the run, or None: the one rule the service raises and the
+    console's actions panel asks before it offers Cancel."""
+    if run.status in FINISHED or run.status == RunStatus.FAILED:
+        return RunNotActive(f"The run is already {run.status}; there is nothing to cancel.")
+    if run.status == RunStatus.CANCELLING:
+        return RunNotActive(
+            "The run is already being cancelled; it finishes once its open operations are settled."
+        )
+    return None
+
+
 def run_cancel(
     *,
     tenant: Tenant,
@@ -69,13 +81,9 @@ def run_cancel(
     with transaction.atomic():
         run = locked_run(tenant=tenant, run_id=run_id)
         expected = version_check(run, expected_version)
-        if run.status in FINISHED or run.status == RunStatus.FAILED:
-            raise RunNotActive(f"The run is already {run.status}; there is nothing to cancel.")
-        if run.status == RunStatus.CANCELLING:
-            raise RunNotActive(
-                "The run is already being cancelled; it finishes once its open operations "
-                "are settled."
-            )
+        refusal = cancel_refusal(run)
+        if refusal:
+            raise refusal
         keys = list(cancel_blocking_operations(run).values_list("idempotency_key", flat=True))
         if keys:
             status = RunStatus.CANCELLING

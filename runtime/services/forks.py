@@ -10,6 +10,7 @@ which ones before the fork is made, and ``run_fork`` returns the same warnings.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -39,6 +40,7 @@ from checkpoints.services.checkpoints import BUDGET_USED_KEYS
 from checkpoints.services.integrity import checkpoint_position_verify
 from checkpoints.services.reads import checkpoint_envelope, run_get
 from checkpoints.services.workflows import gated_states, states_behind
+from runtime.input_reads import inputs_read
 from runtime.services.actions import reason_clean, run_reload, version_check
 from runtime.services.runs import genesis
 from tenants.models import Tenant
@@ -49,6 +51,33 @@ from tenants.services import Actor, audit_record
 class ForkResult:
     run: Run
     warnings: list[dict[str, Any]] = field(default_factory=list)
+    # Changed input names no step of the workflow reads (see ``ForkPreview.unread``).
+    unread_inputs: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class InputChange:
+    """One input value a fork changes: ``before`` is None when ``added``, ``after`` is None
+    when ``removed``."""
+
+    key: str
+    before: Any
+    after: Any
+    added: bool = False
+    removed: bool = False
+
+
+@dataclass(frozen=True)
+class ForkPreview:
+    """What a fork would be: the effects it may repeat (``warnings``), each input value it
+    changes, and the changed names no step reads. ``reads_known`` is False when Cairn cannot
+    tell from the workflow's code which inputs its steps read (an external driver's
+    workflow, or code that uses the inputs other than by name): ``unread`` is then empty."""
+
+    warnings: list[dict[str, Any]]
+    changes: list[InputChange]
+    unread: list[str]
+    reads_known: bool
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -134,6 +163,7 @@ class _ForkPlan:
     envelope: dict[str, Any]
     inputs: dict[str, Any]
     warnings: list[dict[str, Any]]
+    changes: list[InputChange]
 
 
 def fork_gate_refusal(source: Run, state: str) -> str:
@@ -182,8 +212,76 @@ def _fork_plan(source: Run, from_sequence: int, inputs_patch: dict[str, Any] | N
     gate = fork_gate_refusal(source, checkpoint.state)
     if gate:
         raise ActionNotAllowed(f"Checkpoint {from_sequence} {gate}")
-    inputs = _fork_inputs(envelope, inputs_patch)
-    return _ForkPlan(checkpoint, envelope, inputs, _warnings(source, envelope, from_sequence))
+    before = (envelope.get("inputs") or {}).get("values") or {}
+    inputs = _fork_inputs(envelope, inputs_patch, from_sequence)
+    return _ForkPlan(
+        checkpoint,
+        envelope,
+        inputs,
+        _warnings(source, envelope, from_sequence),
+        input_changes(before, inputs.get("values") or {}),
+    )
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON. Not ``canonical_json``: that refuses what a poisoned checkpoint holds
+    (an integer beyond 2^53), and a fork is how such a value is replaced."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def input_changes(before: dict[str, Any], after: dict[str, Any]) -> list[InputChange]:
+    """Each input value that differs between ``before`` and ``after``, by name."""
+    changes = []
+    for key in sorted(set(before) | set(after)):
+        if key not in after:
+            changes.append(InputChange(key, before[key], None, removed=True))
+        elif key not in before:
+            changes.append(InputChange(key, None, after[key], added=True))
+        elif not _same(before[key], after[key]):
+            changes.append(InputChange(key, before[key], after[key]))
+    return changes
+
+
+def inputs_patch_between(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The JSON Merge Patch that turns the input values ``before`` into ``after`` (what the
+    console's editor sends: the operator edits the values, the fork takes a patch)."""
+    return {
+        c.key: None if c.removed else copy.deepcopy(c.after) for c in input_changes(before, after)
+    }
+
+
+def unread_inputs(run: Run, changes: list[InputChange]) -> tuple[list[str], bool]:
+    """The changed input names no step of the run's workflow reads, and whether that could
+    be told at all (``runtime.input_reads``)."""
+    read = inputs_read(run.workflow_type, run.workflow_version)
+    if read is None:
+        return [], False
+    return [c.key for c in changes if not c.removed and c.key not in read], True
+
+
+def fork_input_values(*, tenant: Tenant, run_id: UUID | str, from_sequence: int) -> dict[str, Any]:
+    """The input values (``inputs.values``, what a step reads as ``ctx.inputs``) recorded
+    in checkpoint ``from_sequence``: what a fork from it starts with. Reads only; raises
+    NotFound, UnknownCheckpoint or IntegrityFailure."""
+    run = run_get(tenant=tenant, run_id=run_id)
+    envelope = _envelope_of(_checkpoint_at(run, from_sequence))
+    return copy.deepcopy((envelope.get("inputs") or {}).get("values") or {})
+
+
+def run_fork_review(
+    *,
+    tenant: Tenant,
+    run_id: UUID | str,
+    from_sequence: int,
+    inputs_patch: dict[str, Any] | None = None,
+) -> ForkPreview:
+    """What a fork from ``from_sequence`` with ``inputs_patch`` would be (``ForkPreview``),
+    after the same checks as ``run_fork``, so a preview never promises a fork that would be
+    refused. Reads only; raises what ``run_fork_preview`` raises."""
+    run = run_get(tenant=tenant, run_id=run_id)
+    plan = _fork_plan(run, from_sequence, inputs_patch)
+    unread, known = unread_inputs(run, plan.changes)
+    return ForkPreview(plan.warnings, plan.changes, unread, known)
 
 
 def run_fork_preview(
@@ -204,12 +302,38 @@ def run_fork_preview(
     return _fork_plan(run, from_sequence, inputs_patch).warnings
 
 
-def _fork_inputs(envelope: dict[str, Any], inputs_patch: dict[str, Any] | None) -> dict[str, Any]:
+def _fork_inputs(
+    envelope: dict[str, Any], inputs_patch: dict[str, Any] | None, sequence: int
+) -> dict[str, Any]:
     """The checkpoint's inputs group with the patch applied to its ``values`` (the inputs a
-    run was started with)."""
+    run was started with).
+
+    The patch is of the values themselves. One shaped like the whole inputs group, as the
+    checkpoint page shows it (``{"values": {...}}``), would add an input named "values" that
+    no step reads and change nothing else: it is refused, unless the run has an input named
+    "values". A non-empty patch that changes nothing is refused too: the fork would redo the
+    same work (and ask a reviewer to approve the same draft again) while the operator
+    believes something changed. No patch (or ``{}``) forks with the same inputs on purpose.
+    """
     inputs = dict(envelope.get("inputs") or {})
+    values = inputs.get("values") or {}
     if inputs_patch:
-        inputs["values"] = merge_patch(inputs.get("values") or {}, inputs_patch)
+        wrapped = inputs_patch.get("values")
+        if isinstance(wrapped, dict) and "values" not in values:
+            raise InvalidRequest(
+                "inputs_patch is a patch of the input values themselves, not of the inputs "
+                'group: write {"lang": "de"}, not {"values": {"lang": "de"}} (the run has no '
+                'input named "values").',
+                fields={"inputs_patch": "a patch of the input values, without a values wrapper"},
+            )
+        inputs["values"] = merge_patch(values, inputs_patch)
+        if _same(inputs["values"], values):
+            raise InvalidRequest(
+                f"The patch changes nothing: every input it names already has that value at "
+                f"checkpoint {sequence}. Change a value, or send no patch to fork with the "
+                "same inputs on purpose.",
+                fields={"inputs_patch": "changes nothing"},
+            )
     found = env.find_secret(inputs, "inputs")
     if found:
         raise SecretInEnvelope(
@@ -255,6 +379,7 @@ def run_fork(
         version_check(source, expected_version)
         plan = _fork_plan(source, from_sequence, inputs_patch)
         checkpoint, envelope, warnings = plan.checkpoint, plan.envelope, plan.warnings
+        unread, _ = unread_inputs(source, plan.changes)
         run = Run(
             tenant=tenant,
             workflow=source.workflow,
@@ -302,6 +427,7 @@ def run_fork(
             "fork_run": str(run.id),
             # Key names only: input values are sealed in the envelope, the audit log is not.
             "inputs_patched": sorted(inputs_patch or {}),
+            "inputs_unread": unread,
             "may_repeat": [w["idempotency_key"] for w in warnings],
         }
         audit_record(
@@ -322,4 +448,4 @@ def run_fork(
             reason=reason,
             details=details,
         )
-    return ForkResult(run=run_reload(run), warnings=warnings)
+    return ForkResult(run=run_reload(run), warnings=warnings, unread_inputs=unread)

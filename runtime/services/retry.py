@@ -14,17 +14,17 @@ from uuid import UUID
 
 from django.db import transaction
 
-from cairn.errors import ActionNotAllowed, UnknownStep
+from cairn.errors import ActionNotAllowed, CairnError, RunNotActive, UnknownStep
 from checkpoints.approvals_port import approvals_port
 from checkpoints.models import Checkpoint, Run, RunStatus
 from checkpoints.services.approval_chain import Passage, gate_not_passed, run_approval_passage
 from checkpoints.services.checkpoints import checkpoint_commit, latest_envelope
 from checkpoints.services.workflows import gated_states
 from runtime.services.actions import (
+    exhausted_refusal,
+    finished_refusal,
     locked_run,
     reason_clean,
-    refuse_exhausted,
-    refuse_finished,
     run_reload,
     said,
     version_check,
@@ -149,6 +149,13 @@ def _resolve_step(run: Run, step: str) -> StepChoice:
     )
 
 
+def retry_run_refusal(run: Run) -> CairnError | None:
+    """Why ``run_retry`` refuses any step of the run, from its row alone, or None: finished
+    or cancelling, or a spent budget. The service raises it (the step's own refusals and
+    open operations are checked on top); the actions panel asks it before offering Retry."""
+    return finished_refusal(run, "retried") or exhausted_refusal(run, "retried")
+
+
 def run_retry(
     *,
     tenant: Tenant,
@@ -180,7 +187,9 @@ def run_retry(
     with transaction.atomic():
         run = locked_run(tenant=tenant, run_id=run_id)
         expected = version_check(run, expected_version)
-        refuse_finished(run, "retried")
+        spent = retry_run_refusal(run)
+        if isinstance(spent, RunNotActive):
+            raise spent
         choice = _resolve_step(run, step)
         refusal = retry_refusal(run, choice)
         if refusal:
@@ -193,7 +202,8 @@ def run_retry(
                 + "); reconcile them or record their outcome before retrying a step, so "
                 "that no side effect is repeated blindly."
             )
-        refuse_exhausted(run, "retried")
+        if spent:
+            raise spent
         control = dict(latest_envelope(run).get("control") or {})
         control.update(
             {"actor": actor.name, "reason": reason, "action": "retry", "next_eligible_at": None}

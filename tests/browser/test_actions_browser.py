@@ -3,6 +3,7 @@ and a refusal when the run changed after the page loaded. Each checks what the p
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -31,9 +32,17 @@ def review_fork(page, *, sequence: str, reason: str, patch: str = ""):  # noqa: 
     """Fill the fork form and ask what will happen; returns the actions panel."""
     actions = panel(page)
     actions.get_by_role("button", name="Fork…").click()
-    actions.get_by_label("From checkpoint").select_option(sequence)
+    # Choosing a checkpoint reloads the form with its input values: wait for it.
+    # htmx wires the select up once the form has settled; a change before that is lost.
+    expect(actions.get_by_label("Inputs at the checkpoint")).to_be_visible()
+    page.wait_for_function("!document.querySelector('.htmx-request, .htmx-settling')")
+    with page.expect_response(lambda r: f"from_sequence={sequence}" in r.url):
+        actions.get_by_label("From checkpoint").select_option(sequence)
     if patch:
-        actions.get_by_label("Change the inputs (optional)").fill(patch)
+        # The editor holds the checkpoint's input values: merge the change into them.
+        editor = actions.get_by_label("Inputs at the checkpoint")
+        values = {**json.loads(editor.input_value()), **json.loads(patch)}
+        editor.fill(json.dumps(values))
     actions.get_by_label("Reason").fill(reason)
     actions.get_by_role("button", name="Review what will happen").click()
     return actions
