@@ -81,7 +81,11 @@ def test_an_approved_run_whose_command_the_broker_lost_is_queued_again(
     first.kill()  # nobody takes the decision's command before the broker loses it
     approve_over_the_api(api_as, carol, acme, request)
     wait_for(
-        lambda: not OutboxMessage.objects.filter(run=run, sent_at__isnull=True).exists(),
+        lambda: (
+            not OutboxMessage.objects.filter(
+                run=run, kind="run.resume", sent_at__isnull=True
+            ).exists()
+        ),
         what="the decision's command to reach the broker",
     )
     flush_the_broker()

@@ -73,7 +73,9 @@ def test_resume_of_a_run_still_waiting_for_a_decision_names_the_request(api_as, 
     detail = response.json()["detail"]
     assert f"approval request {request.pk} (pending, open until" in detail
     assert "Decide it, and the run goes on by itself" in detail
-    assert not OutboxMessage.objects.filter(run=run, sent_at__isnull=True).exists()
+    assert not OutboxMessage.objects.filter(
+        run=run, kind="run.resume", sent_at__isnull=True
+    ).exists()
 
 
 def test_the_console_confirms_what_a_resume_of_an_approved_run_does(bob, approved):  # noqa: ANN001
