@@ -17,6 +17,7 @@ from approvals.models import LIVE_STATUSES, ApprovalRequest, ApprovalStatus
 from approvals.services.standing import reviewers_declared
 from cairn.errors import NotFound
 from checkpoints.models import ACTIVE_STATUSES, Artifact, Checkpoint, Run, RunStatus
+from checkpoints.services.checkpoints import checkpoint_commit
 from checkpoints.services.outbox import outbox_enqueue
 from tenants import roles
 from tenants.models import Tenant
@@ -169,3 +170,53 @@ def may_review(*, user: AbstractBaseUser, tenant: Tenant) -> bool:
     """The user may review some runs of the tenant: every run, or those granted to them
     (``review_scope`` says which)."""
     return bool(set(roles.REVIEWERS) & permissions_of(user=user, tenant=tenant))
+
+
+def request_raise_again(
+    *, request: ApprovalRequest, run: Run, actor: Actor, escalation_level: int, reason: str = ""
+) -> ApprovalRequest:
+    """A new request in place of ``request`` (renewed after an expiry, or escalated to the
+    next level): the same artifact, action, requester and quorum, a fresh expiry."""
+    return request_insert(
+        run=run,
+        artifact=request.artifact,
+        action=request.action,
+        expires_at=default_expiry(timezone.now()),
+        required_approvals=request.required_approvals,
+        requester=request.requester,
+        requester_label=request.requester_label,
+        actor=actor,
+        escalation_level=escalation_level,
+        reason=reason,
+    )
+
+
+def run_fail_at_approval(
+    *, request: ApprovalRequest, run: Run, actor: Actor, reason: str, status_reason: str
+) -> None:
+    """End an externally driven run where it waits on ``request``: a failed checkpoint at
+    its approval state recording the request and the reason (worker runs go where their
+    workflow code says instead).
+
+    A person's decision (or the workflow's declared end of an escalation) outranks the lease
+    of whoever drives the run (the optimistic version check still guards the race), so the
+    commit names the current lease owner."""
+    checkpoint_commit(
+        tenant=run.tenant,
+        run_id=run.pk,
+        expected_version=run.version,
+        state=run.state,
+        step=run.step,
+        envelope={
+            "control": {
+                "approval_request_id": str(request.pk),
+                "actor": actor.name,
+                "reason": reason[:2000],
+            }
+        },
+        actor=actor,
+        status=RunStatus.FAILED,
+        status_reason=status_reason[:2000],
+        lease_owner=run.lease_owner or None,
+        is_evidence=True,
+    )

@@ -19,7 +19,13 @@ from approvals.models import (
     ApprovalStatus,
     DecisionKind,
 )
-from approvals.services._common import MAX_COMMENT, RUN_OPEN_STATUSES, may_review, send_after_commit
+from approvals.services._common import (
+    MAX_COMMENT,
+    RUN_OPEN_STATUSES,
+    may_review,
+    run_fail_at_approval,
+    send_after_commit,
+)
 from approvals.services.expiry import expire_request
 from approvals.services.standing import decides_for, quorum_progress, reviewer_refusal
 from cairn.credentials import free_text_refuse
@@ -35,9 +41,8 @@ from cairn.errors import (
     ReviewNotAllowed,
     SelfApprovalForbidden,
 )
-from checkpoints.models import Execution, Run, RunStatus
+from checkpoints.models import Execution, Run
 from checkpoints.services.changes import run_changed
-from checkpoints.services.checkpoints import checkpoint_commit
 from checkpoints.services.outbox import outbox_enqueue
 from tenants.models import Tenant
 from tenants.selectors import review_scope
@@ -311,7 +316,13 @@ def _apply(*, request: ApprovalRequest, decision: ApprovalDecision, actor: Actor
             # reads this rejection and moves the run there (default: failed, this reason).
             _enqueue_resume(run)
         else:
-            _end_rejected_run(request=request, reason=reason, actor=actor)
+            run_fail_at_approval(
+                request=request,
+                run=request.run,
+                actor=actor,
+                reason=reason,
+                status_reason=f"Approval of '{request.action}' rejected: {reason}",
+            )
         return
     if not quorum_progress(request).reached:
         return  # still pending: more distinct reviewers must approve
@@ -340,32 +351,3 @@ def _settle(request: ApprovalRequest, status: str, now: datetime, reason: str) -
         status=status, decided_at=now, status_reason=reason
     )
     request.status, request.decided_at, request.status_reason = status, now, reason
-
-
-def _end_rejected_run(*, request: ApprovalRequest, reason: str, actor: Actor) -> None:
-    """A reject ends an externally driven run where it waits: failed, with the reviewer's
-    comment as reason (worker runs go where their workflow code says instead).
-
-    A human decision outranks the lease of whoever drives the run (the optimistic version
-    check still guards the race), so the commit names the current lease owner.
-    """
-    run = request.run
-    checkpoint_commit(
-        tenant=request.tenant,
-        run_id=run.id,
-        expected_version=run.version,
-        state=run.state,
-        step=run.step,
-        envelope={
-            "control": {
-                "approval_request_id": str(request.pk),
-                "actor": actor.name,
-                "reason": reason[:2000],
-            }
-        },
-        actor=actor,
-        status=RunStatus.FAILED,
-        status_reason=f"Approval of '{request.action}' rejected: {reason}"[:2000],
-        lease_owner=run.lease_owner or None,
-        is_evidence=True,
-    )

@@ -12,10 +12,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import LIVE_STATUSES, ApprovalRequest, ApprovalStatus
-from approvals.services._common import RUN_OPEN_STATUSES, default_expiry, request_insert
+from approvals.services._common import (
+    RUN_OPEN_STATUSES,
+    request_raise_again,
+    run_fail_at_approval,
+)
 from approvals.services.standing import reviewers_declared, reviewers_label
 from checkpoints.models import Execution, Run, RunStatus
-from checkpoints.services.checkpoints import checkpoint_commit
 from checkpoints.services.outbox import outbox_enqueue
 from tenants.services import Actor, audit_record
 
@@ -71,14 +74,9 @@ def escalate(
         details={"level": request.escalation_level, "outcome": after.kind},
     )
     if after.kind == "escalate":
-        return request_insert(
+        return request_raise_again(
+            request=request,
             run=run,
-            artifact=request.artifact,
-            action=request.action,
-            expires_at=default_expiry(timezone.now()),
-            required_approvals=request.required_approvals,
-            requester=request.requester,
-            requester_label=request.requester_label,
             actor=actor,
             escalation_level=request.escalation_level + 1,
             reason=after.reason,
@@ -91,24 +89,12 @@ def escalate(
                 payload={"run_id": str(run.pk), "expected_version": run.version},
             )
         else:
-            checkpoint_commit(
-                tenant=run.tenant,
-                run_id=run.pk,
-                expected_version=run.version,
-                state=run.state,
-                step=run.step,
-                envelope={
-                    "control": {
-                        "approval_request_id": str(request.pk),
-                        "actor": actor.name,
-                        "reason": after.reason[:2000],
-                    }
-                },
+            run_fail_at_approval(
+                request=request,
+                run=run,
                 actor=actor,
-                status=RunStatus.FAILED,
-                status_reason=after.reason[:2000],
-                lease_owner=run.lease_owner or None,
-                is_evidence=True,
+                reason=after.reason,
+                status_reason=after.reason,
             )
     return None
 
@@ -150,16 +136,7 @@ def renew_expired(
         run=run, action=request.action, status__in=LIVE_STATUSES
     ).exists():
         return None
-    return request_insert(
-        run=run,
-        artifact=request.artifact,
-        action=request.action,
-        expires_at=default_expiry(timezone.now()),
-        required_approvals=request.required_approvals,
-        requester=request.requester,
-        requester_label=request.requester_label,
-        actor=actor,
-    )
+    return request_raise_again(request=request, run=run, actor=actor, escalation_level=0)
 
 
 def _say_on_the_run(
