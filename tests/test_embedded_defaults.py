@@ -8,9 +8,6 @@ import io
 import os
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -19,6 +16,7 @@ from django.test import Client
 
 from runtime.management.commands.cairn_up import web_command
 from tests.publishing import free_port
+from tests.web_server import fetch_once_up
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,24 +46,10 @@ def serve_and_get(tmp_path: Path, *paths: str, **extra_env: str) -> list[tuple[i
         stderr=subprocess.DEVNULL,
     )
     try:
-        return [_fetch(f"http://127.0.0.1:{port}{path}") for path in paths]
+        return [fetch_once_up(f"http://127.0.0.1:{port}{path}") for path in paths]
     finally:
         server.terminate()
         server.wait(timeout=20)
-
-
-def _fetch(url: str) -> tuple[int, str]:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=5) as answer:
-                return answer.status, answer.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.3)
 
 
 def test_the_embedded_default_shows_cairns_own_404_and_debug_pages_only_when_asked(tmp_path):

@@ -11,15 +11,14 @@ import re
 import signal
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 
 from tests.publishing import free_port
+from tests.web_server import fetch_once_up
+from tests.worker_fixtures import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,32 +37,6 @@ def _pids(log: Path, name: str) -> list[int]:
     return [
         int(pid) for pid in re.findall(rf"^{name} started \(pid (\d+)\)", log.read_text(), re.M)
     ]
-
-
-def _wait(predicate, what: str, timeout: float = 120.0):  # noqa: ANN001, ANN202
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
-def _fetch(url: str) -> tuple[int, str]:
-    """GET ``url`` once the server answers (a condition wait bounded at 60 s)."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=5) as answer:
-                return answer.status, answer.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.3)
 
 
 def _alive(pid: int) -> bool:
@@ -98,13 +71,13 @@ def test_a_killed_worker_is_started_again_and_the_console_stays_up(tmp_path):
             start_new_session=True,
         )
     try:
-        [worker] = _wait(lambda: _pids(log, "worker"), "the worker to start")
-        assert _fetch(f"http://{addr}/login/")[0] == 200
+        [worker] = wait_for(lambda: _pids(log, "worker"), what="the worker to start", timeout=120)
+        assert fetch_once_up(f"http://{addr}/login/")[0] == 200
         os.kill(worker, signal.SIGKILL)  # the README tour's kill -9 of the worker
-        again = _wait(lambda: _pids(log, "worker")[1:], "a new worker")
+        again = wait_for(lambda: _pids(log, "worker")[1:], what="a new worker", timeout=120)
         assert again[0] != worker and _alive(again[0]) and not _alive(worker)
         assert "worker stopped (exit code -9); starting it again." in log.read_text()
-        assert _fetch(f"http://{addr}/login/")[0] == 200  # the console never went down
+        assert fetch_once_up(f"http://{addr}/login/")[0] == 200  # the console never went down
         assert up.poll() is None and len(_pids(log, "web")) == 1
     finally:
         up.send_signal(signal.SIGTERM)

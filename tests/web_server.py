@@ -11,6 +11,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,3 +114,19 @@ def web_server(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
         server.kill()
         server._log.close()
         print(f"--- web server log (tail) ---\n{server.log()[-4000:]}")
+
+
+def fetch_once_up(url: str) -> tuple[int, str]:
+    """GET ``url`` once the server answers (a condition wait bounded at 60 s): its status and
+    body, an error status included."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
