@@ -63,17 +63,19 @@ class Committer:
         self.head = None
 
     def __call__(self, _index: int = 0) -> None:
-        from checkpoints.services.checkpoints import checkpoint_commit
+        from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 
         result = checkpoint_commit(
             tenant=self.tenant,
             run_id=self.run.id,
-            expected_version=self.version,
-            state="s",
-            step="s",
-            envelope=self.groups,
-            actor=self.actor,
             head=self.head,
+            request=CommitRequest(
+                expected_version=self.version,
+                state="s",
+                step="s",
+                envelope=self.groups,
+                actor=self.actor,
+            ),
         )
         self.version = result.run_version
         if self.pass_head:

@@ -251,7 +251,7 @@ def contention_case(tenant, seconds: float = 5.0) -> list[Measurement]:  # noqa:
 
     from cairn.errors import ConcurrentCheckpointWrite
     from checkpoints.models import Checkpoint, Run
-    from checkpoints.services.checkpoints import checkpoint_commit, run_verify
+    from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit, run_verify
     from tenants.services import Actor
 
     run = cairn_side.new_run(tenant)
@@ -272,11 +272,13 @@ def contention_case(tenant, seconds: float = 5.0) -> list[Measurement]:  # noqa:
                     checkpoint_commit(
                         tenant=tenant,
                         run_id=run.id,
-                        expected_version=version,
-                        state="s",
-                        step="s",
-                        envelope=groups,
-                        actor=actor,
+                        request=CommitRequest(
+                            expected_version=version,
+                            state="s",
+                            step="s",
+                            envelope=groups,
+                            actor=actor,
+                        ),
                     )
                     key = "won"
                 except ConcurrentCheckpointWrite:

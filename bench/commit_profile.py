@@ -124,35 +124,24 @@ def explain(tenant, committer) -> None:  # noqa: ANN001
     """The commit's one statement under EXPLAIN (ANALYZE, BUFFERS), rolled back."""
     from django.db import connection, transaction
 
+    from cairn import clock
     from checkpoints.services import commit_sql
-    from checkpoints.services.checkpoints import _commit_plan, _CommitRequest
+    from checkpoints.services.checkpoints import CommitRequest, _commit_plan
     from tenants.services import Actor
 
-    request = _CommitRequest(
+    request = CommitRequest(
         expected_version=committer.version,
         state="s",
         step="s",
-        groups=committer.groups,
+        envelope=committer.groups,
         actor=Actor.system("bench"),
-        status=None,
-        status_reason="",
-        lease_owner=None,
-        pending_action=None,
-        next_eligible_at=None,
-        code_version="",
-        is_evidence=False,
-        operator_override=False,
-        continues=False,
-        consumed_outbox_id=None,
-        charge_next_attempt=False,
     )
     head = commit_sql.head_read(tenant_id=tenant.id, run_id=committer.run.id)
-    write, _full = _commit_plan(tenant, head, request)
+    write = _commit_plan(tenant, head, request, lease_now=clock.now()).write
+    params = commit_sql._commit_params(write, embedded=False)
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute(
-                "EXPLAIN (ANALYZE, BUFFERS) " + commit_sql._PG_COMMIT, commit_sql._pg_params(write)
-            )
+            cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + commit_sql._PG_COMMIT, params)
             print("\nEXPLAIN (ANALYZE, BUFFERS) of the commit statement (rolled back):")
             for (line,) in cursor.fetchall():
                 print("  " + line)

@@ -125,7 +125,7 @@ def seed_bulk(tenant, workflow, runs: int, checkpoints: int) -> None:  # noqa: A
 def seed_real_runs(tenant, user, count: int, checkpoints: int) -> list:  # noqa: ANN001
     """Runs made through the services, with evidence, whose pages are timed."""
     from checkpoints.services.artifacts import artifact_store
-    from checkpoints.services.checkpoints import checkpoint_commit
+    from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
     from runtime.services.runs import run_create
     from tenants.services import Actor
 
@@ -150,17 +150,19 @@ def seed_real_runs(tenant, user, count: int, checkpoints: int) -> list:  # noqa:
             checkpoint_commit(
                 tenant=tenant,
                 run_id=run.pk,
-                expected_version=version,
-                state=state,
-                step=f"step-{sequence}",
-                envelope={
-                    "evidence": {
-                        "artifacts": [{"id": str(draft.pk), "sha256": draft.sha256}],
-                        "validators": [{"name": "ok", "passed": True}],
+                request=CommitRequest(
+                    expected_version=version,
+                    state=state,
+                    step=f"step-{sequence}",
+                    envelope={
+                        "evidence": {
+                            "artifacts": [{"id": str(draft.pk), "sha256": draft.sha256}],
+                            "validators": [{"name": "ok", "passed": True}],
+                        },
+                        "budgets": {"attempts_used": sequence, "tokens_used": 100 * sequence},
                     },
-                    "budgets": {"attempts_used": sequence, "tokens_used": 100 * sequence},
-                },
-                actor=actor,
+                    actor=actor,
+                ),
             )
             version += 1
         made.append(run)

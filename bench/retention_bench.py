@@ -95,7 +95,7 @@ def real_runs(tenant, user, *, count: int, length: int, finished: bool) -> list:
     from django.utils import timezone
 
     from checkpoints.models import Run
-    from checkpoints.services.checkpoints import checkpoint_commit
+    from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
     from runtime.services.runs import run_create
     from tenants.services import Actor
 
@@ -114,12 +114,14 @@ def real_runs(tenant, user, *, count: int, length: int, finished: bool) -> list:
             checkpoint_commit(
                 tenant=tenant,
                 run_id=run.pk,
-                expected_version=sequence - 1,
-                state="collect_sources",
-                step=f"s{sequence}",
-                envelope={},
-                actor=actor,
-                status="succeeded" if last else None,
+                request=CommitRequest(
+                    expected_version=sequence - 1,
+                    state="collect_sources",
+                    step=f"s{sequence}",
+                    envelope={},
+                    actor=actor,
+                    status="succeeded" if last else None,
+                ),
             )
         if finished:
             Run.objects.filter(pk=run.pk).update(updated_at=timezone.now() - timedelta(days=60))
@@ -141,7 +143,7 @@ class Committers:
         from django.db import connection
 
         from checkpoints.models import Run
-        from checkpoints.services.checkpoints import checkpoint_commit
+        from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
         from tenants.services import Actor
 
         with connection.cursor() as cur:
@@ -156,11 +158,13 @@ class Committers:
             checkpoint_commit(
                 tenant=self.tenant,
                 run_id=run.pk,
-                expected_version=version,
-                state="collect_sources",
-                step="tick",
-                envelope={},
-                actor=actor,
+                request=CommitRequest(
+                    expected_version=version,
+                    state="collect_sources",
+                    step="tick",
+                    envelope={},
+                    actor=actor,
+                ),
             )
             self.durations[index].append(time.perf_counter() - started)
             version += 1

@@ -24,7 +24,7 @@ from django.db import transaction
 
 from cairn.errors import ConcurrentCheckpointWrite
 from checkpoints.models import Run, RunStatus
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from langgraph_store import payloads
 from langgraph_store.models import (
     ID_LENGTH,
@@ -292,16 +292,16 @@ def thread_checkpoint_put(
         commit = checkpoint_commit(
             tenant=tenant,
             run_id=run.pk,
-            expected_version=run.version,
-            state=INTERRUPTED if waiting else RUNNING,
-            step=_step_name(ns, step),
-            envelope=_groups(run, thread, outputs),
-            actor=actor,
-            # An interrupt() waits for a person's answer, shown as waiting; it is no
-            # approval gate: the graph resumes with the answer (Command(resume=…)).
-            status=RunStatus.WAITING_APPROVAL if waiting else None,
-            status_reason=_waiting_reason(checkpoint_id) if waiting else "",
-            is_evidence=waiting,
+            request=CommitRequest(
+                expected_version=run.version,
+                state=INTERRUPTED if waiting else RUNNING,
+                step=_step_name(ns, step),
+                envelope=_groups(run, thread, outputs),
+                actor=actor,
+                status=RunStatus.WAITING_APPROVAL if waiting else None,
+                status_reason=_waiting_reason(checkpoint_id) if waiting else "",
+                is_evidence=waiting,
+            ),
         )
         row = row or LangGraphCheckpoint(
             tenant_id=tenant.pk, thread=thread, checkpoint_ns=ns, checkpoint_id=checkpoint_id
@@ -440,14 +440,16 @@ def thread_writes_put(
             checkpoint_commit(
                 tenant=tenant,
                 run_id=run.pk,
-                expected_version=run.version,
-                state=INTERRUPTED,
-                step=_step_name(ns, "interrupt"),
-                envelope=_groups(run, thread, outputs),
-                actor=actor,
-                status=RunStatus.WAITING_APPROVAL,
-                status_reason=_waiting_reason(checkpoint_id),
-                is_evidence=True,
+                request=CommitRequest(
+                    expected_version=run.version,
+                    state=INTERRUPTED,
+                    step=_step_name(ns, "interrupt"),
+                    envelope=_groups(run, thread, outputs),
+                    actor=actor,
+                    status=RunStatus.WAITING_APPROVAL,
+                    status_reason=_waiting_reason(checkpoint_id),
+                    is_evidence=True,
+                ),
             )
         after = thread_versions(thread) if track_versions else {}
     return VersionChange(before=before, after=after, created=created)

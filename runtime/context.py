@@ -18,7 +18,7 @@ from django.db import transaction
 from cairn.errors import ConcurrentCheckpointWrite, IntegrityFailure, LeaseHeld, RunNotActive
 from checkpoints.models import Artifact, ArtifactKind, Run
 from checkpoints.services.artifacts import artifact_content, artifact_store
-from checkpoints.services.checkpoints import BUDGET_USED_KEYS, checkpoint_commit
+from checkpoints.services.checkpoints import BUDGET_USED_KEYS, CommitRequest, checkpoint_commit
 from telemetry import tracing
 
 from .errors import BudgetExhaustedError, LeaseLost
@@ -251,19 +251,21 @@ class StepContext:
                 result = checkpoint_commit(
                     tenant=self.tenant,
                     run_id=self.run_id,
-                    expected_version=keeper.version,
-                    state=self.state,
-                    step="",
-                    envelope={
-                        "side_effects": side_effects,
-                        "budgets": {key: used[key] for key in BUDGET_USED_KEYS},
-                    },
-                    actor=self._actor,
-                    lease_owner=keeper.owner,
-                    pending_action=pending_action,
-                    code_version=self._code_version,
-                    is_evidence=True,
                     head=keeper.head,
+                    request=CommitRequest(
+                        expected_version=keeper.version,
+                        state=self.state,
+                        step="",
+                        envelope={
+                            "side_effects": side_effects,
+                            "budgets": {key: used[key] for key in BUDGET_USED_KEYS},
+                        },
+                        actor=self._actor,
+                        lease_owner=keeper.owner,
+                        pending_action=pending_action,
+                        code_version=self._code_version,
+                        is_evidence=True,
+                    ),
                 )
             keeper.committed(version=result.run_version, used=used, head=result.head)
             self.side_effects[:] = copy.deepcopy(side_effects)

@@ -48,7 +48,13 @@ from checkpoints.crypto import MissingKeyError
 from checkpoints.envelope import json_problem
 from checkpoints.models import Checkpoint, Execution, OutboxMessage, Run, RunStatus
 from checkpoints.services.budgets import budget_exhausted
-from checkpoints.services.checkpoints import BUDGET_USED_KEYS, CommitResult, checkpoint_commit
+from checkpoints.services.checkpoints import (
+    BUDGET_USED_KEYS,
+    CommitRequest,
+    CommitResult,
+    WorkerLoop,
+    checkpoint_commit,
+)
 from checkpoints.services.commit_sql import RunHead, run_lease_check
 from runtime.services.leases import Lease, lease_acquire
 from runtime.services.operations import operations_envelope_entries
@@ -615,22 +621,24 @@ class _Advance:
             result = checkpoint_commit(
                 tenant=self.run.tenant,
                 run_id=self.run.pk,
-                expected_version=self.keeper.version,
-                state=state,
-                step=step,
-                envelope=groups,
-                actor=self.actor,
-                status=status,
-                status_reason=reason,
-                lease_owner=self.keeper.owner,
-                next_eligible_at=next_eligible_at,
-                code_version=self.code.code_version if self.code else "",
-                is_evidence=is_evidence,
                 head=self.keeper.head,
-                continues=True,
-                consumed_outbox_id=self.keeper.taken_outbox_id,
-                charge_next_attempt=charge_next,
-                release_lease=True,  # only where the run stops here (the task ends)
+                request=CommitRequest(
+                    expected_version=self.keeper.version,
+                    state=state,
+                    step=step,
+                    envelope=groups,
+                    actor=self.actor,
+                    status=status,
+                    status_reason=reason,
+                    lease_owner=self.keeper.owner,
+                    next_eligible_at=next_eligible_at,
+                    code_version=self.code.code_version if self.code else "",
+                    is_evidence=is_evidence,
+                    worker=WorkerLoop(
+                        consumed_outbox_id=self.keeper.taken_outbox_id,
+                        charge_next_attempt=charge_next,
+                    ),
+                ),
             )
         except (ConcurrentCheckpointWrite, LeaseHeld, RunNotActive) as exc:
             raise LeaseLost(exc.detail)

@@ -192,7 +192,7 @@ class LeaseKeeper:
 
     @property
     def released(self) -> bool:
-        """Whether this worker's last commit released the lease (``release_lease``): the
+        """Whether this worker's last commit released the lease (its ``WorkerLoop`` commit): the
         run as that commit left it names no longer this owner."""
         return self.head is not None and self.head.lease_owner != self.owner
 

@@ -20,7 +20,7 @@ request) or have ended. A rescue command carries the run's current version, so i
 original command does turn up, one of the two is a no-op.
 
 A worker that goes on with a run in its own loop writes each step's command claimed by
-itself until its lease expires (``checkpoint_commit(continues=True)``). When the worker
+itself until its lease expires (``checkpoint_commit`` with a ``WorkerLoop``). When the worker
 dies, that claim lapses with the lease: the rescue supersedes the command (marks it sent)
 and queues its own, so the run gets one command, not two.
 

@@ -513,12 +513,13 @@ def commit_traced(commit: F) -> F:
         current = trace.get_current_span()
         if not current.get_span_context().is_valid or current is _recording_commits.get():
             return commit(**kwargs)
-        state = kwargs.get("state", "")
+        request = kwargs["request"]  # a checkpoints CommitRequest
+        state = request.state
         attributes = {
             RUN_ID: str(kwargs.get("run_id")),
             STATE: state,
-            STEP: kwargs.get("step", ""),
-            EXPECTED_VERSION: kwargs.get("expected_version"),
+            STEP: request.step,
+            EXPECTED_VERSION: request.expected_version,
         }
         span = _tracer.start_span(COMMIT_SPAN, attributes=attributes, record_exception=False)
         token = otel_context.attach(trace.set_span_in_context(span))

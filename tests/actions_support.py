@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from checkpoints.models import ExternalOperation, OutboxMessage, Run
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from checkpoints.services.workflows import workflow_register
 from runtime.services.runs import run_create
 from tenants.models import AuditEvent
@@ -64,10 +64,9 @@ def advance(run: Run, user, state: str, **kwargs: Any) -> Run:  # noqa: ANN001
     checkpoint_commit(
         tenant=run.tenant,
         run_id=run.id,
-        expected_version=run.version,
-        state=state,
-        actor=Actor(user=user),
-        **params,
+        request=CommitRequest(
+            expected_version=run.version, state=state, actor=Actor(user=user), **params
+        ),
     )
     run.refresh_from_db()
     return run

@@ -11,7 +11,7 @@ from approvals.notify import notification_deliver, notifications_plan
 from approvals.services import approval_decide, approval_request_create
 from checkpoints.models import Artifact, OutboxMessage, Run
 from checkpoints.services.artifacts import artifact_store
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from checkpoints.services.workflows import workflow_register
 from runtime.services.runs import run_create
 from tenants.models import Tenant
@@ -44,11 +44,13 @@ def move(run: Run, state: str, artifact: Artifact | None = None) -> Run:
     checkpoint_commit(
         tenant=run.tenant,
         run_id=run.id,
-        expected_version=run.version,
-        state=state,
-        step=state,
-        envelope=groups,
-        actor=Actor.system("test driver"),
+        request=CommitRequest(
+            expected_version=run.version,
+            state=state,
+            step=state,
+            envelope=groups,
+            actor=Actor.system("test driver"),
+        ),
     )
     run.refresh_from_db()
     return run

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from checkpoints.models import ExternalOperation, OperationStatus, Run
 from checkpoints.services.artifacts import artifact_store
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from runtime.services.runs import run_create
 from tenants.models import Tenant
 from tenants.services import Actor
@@ -35,29 +35,35 @@ def story_run(tenant: Tenant, user, *, objective: str = "ticket-1", stalled: boo
     checkpoint_commit(
         tenant=tenant,
         run_id=run.pk,
-        expected_version=1,
-        state="draft_answer",
-        step="write_draft",
-        envelope={"budgets": {"attempts_used": 1, "tokens_used": 250}},
-        actor=actor,
+        request=CommitRequest(
+            expected_version=1,
+            state="draft_answer",
+            step="write_draft",
+            envelope={"budgets": {"attempts_used": 1, "tokens_used": 250}},
+            actor=actor,
+        ),
     )
     checkpoint_commit(
         tenant=tenant,
         run_id=run.pk,
-        expected_version=2,
-        state="review",
-        step="ask_review",
-        envelope={
-            "evidence": {
-                "artifacts": [{"id": str(draft.pk), "sha256": draft.sha256, "name": "draft.txt"}],
-                "validators": [
-                    {"name": "cites_sources", "passed": True},
-                    {"name": "under_500_words", "passed": False},
-                ],
+        request=CommitRequest(
+            expected_version=2,
+            state="review",
+            step="ask_review",
+            envelope={
+                "evidence": {
+                    "artifacts": [
+                        {"id": str(draft.pk), "sha256": draft.sha256, "name": "draft.txt"}
+                    ],
+                    "validators": [
+                        {"name": "cites_sources", "passed": True},
+                        {"name": "under_500_words", "passed": False},
+                    ],
+                },
+                "budgets": {"attempts_used": 2, "tokens_used": 600},
             },
-            "budgets": {"attempts_used": 2, "tokens_used": 600},
-        },
-        actor=actor,
+            actor=actor,
+        ),
     )
     operation = ExternalOperation.objects.create(
         tenant=tenant,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from approvals.services.evidence import run_evidence_export
 from checkpoints.models import Run
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from runtime.services.operations import (
     operation_confirm,
     operation_envelope_entry,
@@ -26,11 +26,9 @@ def _commit(run: Run, state: str, groups: dict) -> Run:
     checkpoint_commit(
         tenant=run.tenant,
         run_id=run.id,
-        expected_version=run.version,
-        state=state,
-        step=state,
-        envelope=groups,
-        actor=RUNNER,
+        request=CommitRequest(
+            expected_version=run.version, state=state, step=state, envelope=groups, actor=RUNNER
+        ),
     )
     run.refresh_from_db()
     return run

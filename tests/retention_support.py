@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from checkpoints.models import ArtifactKind, Checkpoint, Run, RunStatus
 from checkpoints.services.artifacts import artifact_store
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from runtime.services.runs import run_create
 from tenants.services import Actor
 from tests.faults import RETENTION_PAUSE
@@ -101,15 +101,15 @@ def build(
         checkpoint_commit(
             tenant=tenant,
             run_id=run.id,
-            expected_version=sequence - 1,
-            state="collect_sources",
-            step=f"step{sequence}",
-            envelope={"evidence": {"artifacts": artifacts, "validators": []}},
-            actor=actor,
-            # A succeeded run ends at a terminal state (issue 15); this history stays at
-            # one state, so its ending is set on the row below, as for a cancelled one.
-            status=status if last and status in COMMITTED - {RunStatus.SUCCEEDED} else None,
-            is_evidence=sequence in evidence,
+            request=CommitRequest(
+                expected_version=sequence - 1,
+                state="collect_sources",
+                step=f"step{sequence}",
+                envelope={"evidence": {"artifacts": artifacts, "validators": []}},
+                actor=actor,
+                status=status if last and status in COMMITTED - {RunStatus.SUCCEEDED} else None,
+                is_evidence=sequence in evidence,
+            ),
         )
     if status not in COMMITTED - {RunStatus.SUCCEEDED}:
         Run.objects.filter(pk=run.pk).update(status=status)

@@ -16,7 +16,7 @@ from cairn.errors import (
     RunNotActive,
 )
 from checkpoints.models import Checkpoint, OutboxMessage, RunStatus
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from runtime.services.actions import run_grant_budget, run_resume
 from runtime.services.cancel import run_cancel, runs_cancel_sweep
 from runtime.services.cancel_finish import run_cancel_complete
@@ -148,10 +148,9 @@ def test_cancel_without_open_operations_cancels_at_once(wrun, bob):
         checkpoint_commit(
             tenant=run.tenant,
             run_id=run.id,
-            expected_version=run.version,
-            state="draft_answer",
-            envelope={},
-            actor=as_bob(bob),
+            request=CommitRequest(
+                expected_version=run.version, state="draft_answer", envelope={}, actor=as_bob(bob)
+            ),
         )
 
 

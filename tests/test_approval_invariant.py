@@ -14,7 +14,7 @@ import pytest
 
 from approvals.models import ApprovalRequest, ApprovalStatus
 from checkpoints.models import Checkpoint, ExternalOperation, Run, RunStatus
-from checkpoints.services.checkpoints import checkpoint_commit, run_verify
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit, run_verify
 from checkpoints.services.reads import checkpoint_envelope
 from runtime.executor import run_advance
 from runtime.registry import workflows_sync
@@ -266,14 +266,16 @@ def test_a_draft_committed_by_hand_is_not_published_under_an_older_approval(
     checkpoint_commit(
         tenant=acme,
         run_id=run.pk,
-        expected_version=run.version,
-        state="publish",
-        step="review",
-        envelope={
-            "evidence": head["evidence"],
-            "control": {"approval_request_id": str(request.pk)},
-        },
-        actor=Actor(user=bob),
+        request=CommitRequest(
+            expected_version=run.version,
+            state="publish",
+            step="review",
+            envelope={
+                "evidence": head["evidence"],
+                "control": {"approval_request_id": str(request.pk)},
+            },
+            actor=Actor(user=bob),
+        ),
     )
     swapped = draft(acme, DRAFT + "\nA sentence nobody reviewed.\n")
     run.refresh_from_db()

@@ -25,7 +25,7 @@ from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.services.expiry import approval_expire_due
 from cairn.errors import ApprovalRequired, CairnError
 from checkpoints.models import Checkpoint, ExternalOperation, OutboxMessage, Run, RunStatus
-from checkpoints.services.checkpoints import checkpoint_commit, run_verify
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit, run_verify
 from checkpoints.services.reads import checkpoint_envelope
 from runtime.executor import run_advance
 from runtime.registry import workflows_sync
@@ -119,12 +119,14 @@ def code_commit(w: World) -> None:
             checkpoint_commit(
                 tenant=w.run.tenant,
                 run_id=w.run.pk,
-                expected_version=w.run.version,
-                state="publish",
-                envelope={},
-                status=RunStatus.FAILED,
-                actor=Actor.system("langgraph"),
-                operator_override=override,
+                request=CommitRequest(
+                    expected_version=w.run.version,
+                    state="publish",
+                    envelope={},
+                    status=RunStatus.FAILED,
+                    actor=Actor.system("langgraph"),
+                    operator_override=override,
+                ),
             )
 
 

@@ -20,7 +20,7 @@ import approvals.port
 from cairn.errors import ApprovalClosed, ApprovalRequired
 from checkpoints.approvals_port import ApprovalOutcome, ApprovalUse, approvals_port
 from checkpoints.models import Checkpoint, Run, RunStatus
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from runtime import hooks
 from runtime.definition import ApprovalSpec
 from runtime.services.cancel import run_cancel
@@ -120,11 +120,13 @@ def _leave_review(run: Run, artifact) -> None:  # noqa: ANN001
     checkpoint_commit(
         tenant=run.tenant,
         run_id=run.id,
-        expected_version=run.version,
-        state="publish",
-        step="review",
-        envelope={"evidence": _evidence(artifact)},
-        actor=Actor.system("worker w1"),
+        request=CommitRequest(
+            expected_version=run.version,
+            state="publish",
+            step="review",
+            envelope={"evidence": _evidence(artifact)},
+            actor=Actor.system("worker w1"),
+        ),
     )
 
 

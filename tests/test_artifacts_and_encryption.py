@@ -12,7 +12,7 @@ from checkpoints import crypto
 from checkpoints.crypto import new_key_spec
 from checkpoints.models import Artifact, Checkpoint
 from checkpoints.services.artifacts import artifact_content, artifact_store
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from checkpoints.services.reads import checkpoint_envelope
 from tenants.services import Actor
 
@@ -70,10 +70,12 @@ def test_the_envelope_column_does_not_contain_the_plaintext(run, bob):
     checkpoint_commit(
         tenant=run.tenant,
         run_id=run.id,
-        expected_version=1,
-        state="draft_answer",
-        envelope={"inputs": {"note": MARKER}},
-        actor=Actor(user=bob),
+        request=CommitRequest(
+            expected_version=1,
+            state="draft_answer",
+            envelope={"inputs": {"note": MARKER}},
+            actor=Actor(user=bob),
+        ),
     )
     with connection.cursor() as cursor:
         cursor.execute("SELECT envelope_sealed FROM checkpoints_checkpoint")
@@ -88,10 +90,12 @@ def test_a_ciphertext_moved_to_another_row_fails_to_decrypt(run, bob, globex):
     checkpoint_commit(
         tenant=run.tenant,
         run_id=run.id,
-        expected_version=1,
-        state="draft_answer",
-        envelope={"inputs": {"note": MARKER}},
-        actor=Actor(user=bob),
+        request=CommitRequest(
+            expected_version=1,
+            state="draft_answer",
+            envelope={"inputs": {"note": MARKER}},
+            actor=Actor(user=bob),
+        ),
     )
     first, second = Checkpoint.objects.filter(run=run).order_by("sequence")
     # Copy the second row's ciphertext into the first row (as a database intruder would).
@@ -138,15 +142,17 @@ def test_rotation_reencrypts_everything_and_keeps_it_readable(run, bob, acme, se
     checkpoint_commit(
         tenant=run.tenant,
         run_id=run.id,
-        expected_version=1,
-        state="draft_answer",
-        envelope={
-            "evidence": {
-                "artifacts": [{"id": str(artifact.id), "sha256": artifact.sha256}],
-                "validators": [],
-            }
-        },
-        actor=Actor(user=bob),
+        request=CommitRequest(
+            expected_version=1,
+            state="draft_answer",
+            envelope={
+                "evidence": {
+                    "artifacts": [{"id": str(artifact.id), "sha256": artifact.sha256}],
+                    "validators": [],
+                }
+            },
+            actor=Actor(user=bob),
+        ),
     )
     old_spec = settings.CAIRN_ENCRYPTION_KEYS
     new_spec = new_key_spec("k2")

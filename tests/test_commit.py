@@ -17,7 +17,7 @@ from cairn.errors import (
 )
 from checkpoints.models import Checkpoint, OutboxMessage, Run
 from checkpoints.services.artifacts import artifact_store
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from checkpoints.services.reads import checkpoint_envelope
 from tenants.services import Actor
 
@@ -32,7 +32,9 @@ def commit(run, bob, **kwargs):  # noqa: ANN001, ANN201
         "envelope": {},
     }
     params.update(kwargs)
-    return checkpoint_commit(tenant=run.tenant, run_id=run.id, actor=Actor(user=bob), **params)
+    return checkpoint_commit(
+        tenant=run.tenant, run_id=run.id, request=CommitRequest(actor=Actor(user=bob), **params)
+    )
 
 
 def test_it_commits_the_next_checkpoint_chained_to_its_parent(run, bob):

@@ -12,7 +12,7 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest, ApprovalStatus
 from cairn.errors import ApprovalRequired
 from checkpoints.models import Checkpoint, Run
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from tenants.services import Actor
 from tests.approvals_support import DRAFT, ask, at_review, decide, draft
 
@@ -130,11 +130,13 @@ def test_cairns_own_writers_are_held_to_the_same_rule(run, acme):  # noqa: ANN00
         checkpoint_commit(
             tenant=acme,
             run_id=run.id,
-            expected_version=run.version,
-            state="publish",
-            step="review",
-            envelope={"evidence": _evidence(artifact)},
-            actor=Actor.system("worker w1"),
+            request=CommitRequest(
+                expected_version=run.version,
+                state="publish",
+                step="review",
+                envelope={"evidence": _evidence(artifact)},
+                actor=Actor.system("worker w1"),
+            ),
         )
 
 

@@ -16,7 +16,7 @@ from django.db import connection
 
 from cairn.errors import ConcurrentCheckpointWrite
 from checkpoints.models import Checkpoint, OutboxMessage, Run
-from checkpoints.services.checkpoints import checkpoint_commit, run_verify
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit, run_verify
 from tenants.services import Actor, token_issue
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -61,11 +61,13 @@ def test_exactly_one_of_twenty_concurrent_commits_wins(run, bob):
         return checkpoint_commit(
             tenant=run.tenant,
             run_id=run.id,
-            expected_version=1,
-            state="draft_answer",
-            step=f"writer-{index}",
-            envelope={"control": {"reason": f"writer {index}"}},
-            actor=Actor(user=bob),
+            request=CommitRequest(
+                expected_version=1,
+                state="draft_answer",
+                step=f"writer-{index}",
+                envelope={"control": {"reason": f"writer {index}"}},
+                actor=Actor(user=bob),
+            ),
         ).sequence
 
     outcomes = race(work)

@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from checkpoints.models import Artifact, Checkpoint, Run
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from console.run_reads import envelope_for_page
 from tenants.access import ConsoleAccess
 from tenants.models import AuditEvent
@@ -281,16 +281,18 @@ def test_the_run_page_query_count_does_not_grow_with_history(bob, acme, story): 
         checkpoint_commit(
             tenant=acme,
             run_id=run.pk,
-            expected_version=run.version + index,
-            state="review",
-            step=f"s{index}",
-            envelope={
-                "evidence": {
-                    "artifacts": refs,
-                    "validators": [{"name": f"v{index}", "passed": True}],
-                }
-            },
-            actor=Actor(user=bob),
+            request=CommitRequest(
+                expected_version=run.version + index,
+                state="review",
+                step=f"s{index}",
+                envelope={
+                    "evidence": {
+                        "artifacts": refs,
+                        "validators": [{"name": f"v{index}", "passed": True}],
+                    }
+                },
+                actor=Actor(user=bob),
+            ),
         )
         fork = plain_run(acme, bob)
         Run.objects.filter(pk=fork.pk).update(forked_from_run=run)

@@ -22,7 +22,12 @@ from checkpoints import crypto
 from checkpoints import envelope as env
 from checkpoints.models import Checkpoint, OutboxMessage, Run, RunStatus
 from checkpoints.services import outbox
-from checkpoints.services.checkpoints import checkpoint_commit, run_verify
+from checkpoints.services.checkpoints import (
+    CommitRequest,
+    WorkerLoop,
+    checkpoint_commit,
+    run_verify,
+)
 from checkpoints.services.commit_sql import RunHead
 from checkpoints.services.reads import checkpoint_envelope, run_get
 from runtime.lease import LeaseKeeper
@@ -59,12 +64,10 @@ def _commit(tenant, run_id, version, *, head=None, state="draft_answer"):  # noq
     return checkpoint_commit(
         tenant=tenant,
         run_id=run_id,
-        expected_version=version,
-        state=state,
-        step=state,
-        envelope=GROUPS,
-        actor=ACTOR,
         head=head,
+        request=CommitRequest(
+            expected_version=version, state=state, step=state, envelope=GROUPS, actor=ACTOR
+        ),
     )
 
 
@@ -140,10 +143,9 @@ def test_envelopes_are_compressed_before_encryption_and_old_rows_still_read(acme
     result = checkpoint_commit(
         tenant=acme,
         run_id=run.pk,
-        expected_version=run.version,
-        state="draft_answer",
-        envelope=big,
-        actor=ACTOR,
+        request=CommitRequest(
+            expected_version=run.version, state="draft_answer", envelope=big, actor=ACTOR
+        ),
     )
     checkpoint = Checkpoint.objects.get(pk=result.checkpoint_id)
     assert crypto.is_compressed(checkpoint.envelope_sealed)
@@ -244,26 +246,27 @@ def test_a_worker_that_continues_publishes_none_of_its_own_commands(acme, noop_s
     assert outbox.outbox_dispatch() == 0
 
 
-def _continuing_commit(acme, run, *, with_head: bool = False, **extra):  # noqa: ANN001, ANN202
+def _continuing_commit(acme, run, *, with_head: bool = False, charge_next_attempt: bool = False):  # noqa: ANN001, ANN202
     """Worker "w" leases the run (its genesis command already sent) and commits n1 → n2 as
     a worker that goes on with the run itself."""
     OutboxMessage.objects.filter(run=run).update(sent_at=timezone.now())
     lease = lease_acquire(
         tenant=acme, run_id=run.pk, owner="w", ttl_seconds=60, expected_version=run.version
     )
-    if with_head:
-        extra["head"] = RunHead.of(Run.objects.select_related("workflow").get(pk=run.pk))
+    head = RunHead.of(Run.objects.select_related("workflow").get(pk=run.pk)) if with_head else None
     return checkpoint_commit(
         tenant=acme,
         run_id=run.pk,
-        expected_version=lease.run_version,
-        state="n2",
-        step="n1",
-        envelope={**GROUPS, "budgets": {"attempts_used": 1}},
-        actor=ACTOR,
-        lease_owner="w",
-        continues=True,
-        **extra,
+        head=head,
+        request=CommitRequest(
+            expected_version=lease.run_version,
+            state="n2",
+            step="n1",
+            envelope={**GROUPS, "budgets": {"attempts_used": 1}},
+            actor=ACTOR,
+            lease_owner="w",
+            worker=WorkerLoop(charge_next_attempt=charge_next_attempt),
+        ),
     )
 
 
@@ -287,6 +290,15 @@ def test_a_command_taken_by_a_worker_is_left_to_the_sweep_if_the_worker_dies(
     assert outbox.outbox_dispatch() == 1
     taken.refresh_from_db()
     assert taken.sent_at is not None
+
+
+def test_the_returned_head_carries_the_lease_the_database_wrote(acme, noop_six):
+    """The renewed expiry is the one the statement set on the database's clock (read back
+    from the write), not this process's estimate of it."""
+    run = _worker_run(acme)
+    result = _continuing_commit(acme, run, with_head=True)
+    stored = Run.objects.values_list("lease_owner", "lease_expires_at").get(pk=run.pk)
+    assert (result.head.lease_owner, result.head.lease_expires_at) == stored
 
 
 def test_release_marks_the_command_the_worker_carried_out_as_done(acme, noop_six):
@@ -560,13 +572,15 @@ def _commit_releasing(tenant, run, version, **fields):  # noqa: ANN001, ANN003, 
     return checkpoint_commit(
         tenant=tenant,
         run_id=run.pk,
-        expected_version=version,
-        state="collect_sources",
-        envelope=GROUPS,
-        actor=ACTOR,
-        lease_owner="w",
-        release_lease=True,
-        **fields,
+        request=CommitRequest(
+            expected_version=version,
+            state="collect_sources",
+            envelope=GROUPS,
+            actor=ACTOR,
+            lease_owner="w",
+            worker=WorkerLoop(),
+            **fields,
+        ),
     )
 
 
@@ -648,31 +662,21 @@ def test_on_postgresql_the_commits_integrity_check_probes_the_head_by_its_key(
 ):
     from cairn import clock
     from checkpoints.services import commit_sql
-    from checkpoints.services.checkpoints import _commit_plan, _CommitRequest
+    from checkpoints.services.checkpoints import _commit_plan
 
     run = _external_run(acme)
     result = _commit(acme, run.pk, run.version)
-    request = _CommitRequest(
+    request = CommitRequest(
         expected_version=result.run_version,
         state="review",
         step="review",
-        groups=GROUPS,
+        envelope=GROUPS,
         actor=ACTOR,
-        status=None,
-        status_reason="",
-        lease_owner=None,
-        pending_action=None,
-        next_eligible_at=None,
-        code_version="",
-        is_evidence=False,
-        operator_override=False,
-        continues=False,
-        consumed_outbox_id=None,
-        charge_next_attempt=False,
     )
-    write, _ = _commit_plan(acme, result.head, request, lease_now=clock.now())
+    write = _commit_plan(acme, result.head, request, lease_now=clock.now()).write
+    params = commit_sql._commit_params(write, embedded=False)
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("EXPLAIN " + commit_sql._PG_COMMIT, commit_sql._pg_params(write))
+        cursor.execute("EXPLAIN " + commit_sql._PG_COMMIT, params)
         plan = "\n".join(line for (line,) in cursor.fetchall())
         transaction.set_rollback(True)
     # Correlated only through the run's columns, the head check hashed the whole table.

@@ -340,16 +340,18 @@ def test_text_cairn_composed_is_withheld_not_refused(run):  # noqa: ANN001
     """A worker's failure text (an exception, a provider's answer) cannot be asked for
     again: it is stored as withheld, and the commit goes on."""
     from cairn.credentials import WITHHELD
-    from checkpoints.services.checkpoints import checkpoint_commit
+    from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 
     checkpoint_commit(
         tenant=run.tenant,
         run_id=run.id,
-        expected_version=run.version,
-        state="draft_answer",
-        envelope={},
-        status_reason=f"the step failed: {SECRET}",
-        actor=Actor.system("worker-1"),
+        request=CommitRequest(
+            expected_version=run.version,
+            state="draft_answer",
+            envelope={},
+            status_reason=f"the step failed: {SECRET}",
+            actor=Actor.system("worker-1"),
+        ),
     )
     run.refresh_from_db()
     assert run.status_reason == WITHHELD

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from cairn import clock
 from checkpoints.models import OutboxMessage, Run, WorkerHeartbeat
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, WorkerLoop, checkpoint_commit
 from runtime import heartbeats, rescue
 from runtime.heartbeats import heartbeat_beat, workers_dead, workers_liveness
 from runtime.services.leases import lease_acquire
@@ -68,13 +68,15 @@ def held(acme):  # noqa: ANN001, ANN201
     result = checkpoint_commit(
         tenant=acme,
         run_id=run.pk,
-        expected_version=run.version,
-        state="extract_claims",
-        step="collect_sources",
-        envelope={},
-        actor=Actor.system("worker doomed"),
-        lease_owner="doomed",
-        continues=True,
+        request=CommitRequest(
+            expected_version=run.version,
+            state="extract_claims",
+            step="collect_sources",
+            envelope={},
+            actor=Actor.system("worker doomed"),
+            lease_owner="doomed",
+            worker=WorkerLoop(),
+        ),
     )
     run.refresh_from_db()
     return run, result.outbox_id

@@ -17,7 +17,7 @@ from django.utils import timezone
 from cairn import clock
 from cairn.errors import LeaseHeld
 from checkpoints.models import OutboxMessage, Run
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, WorkerLoop, checkpoint_commit
 from checkpoints.services.outbox import outbox_dispatch
 from runtime.lease import LeaseKeeper
 from runtime.rescue import runs_rescue
@@ -96,13 +96,15 @@ def _commit(run: Run, owner: str, state: str = "extract_claims"):  # noqa: ANN20
     return checkpoint_commit(
         tenant=run.tenant,
         run_id=run.pk,
-        expected_version=run.version,
-        state=state,
-        step="collect_sources",
-        envelope={},
-        actor=Actor.system(f"worker {owner}"),
-        lease_owner=owner,
-        continues=True,
+        request=CommitRequest(
+            expected_version=run.version,
+            state=state,
+            step="collect_sources",
+            envelope={},
+            actor=Actor.system(f"worker {owner}"),
+            lease_owner=owner,
+            worker=WorkerLoop(),
+        ),
     )
 
 

@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings
 
 from cairn.errors import IllegalTransition
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from runtime.services.runs import run_create
 from tenants.services import Actor
 
@@ -44,20 +44,15 @@ def test_each_transition_is_one_json_line(log_lines, acme, bob, workflow):
         checkpoint_commit(
             tenant=acme,
             run_id=run.id,
-            expected_version=version,
-            state=state,
-            step=state,
-            envelope={},
-            actor=actor,
+            request=CommitRequest(
+                expected_version=version, state=state, step=state, envelope={}, actor=actor
+            ),
         )
     with pytest.raises(IllegalTransition):
         checkpoint_commit(
             tenant=acme,
             run_id=run.id,
-            expected_version=3,
-            state="done",
-            envelope={},
-            actor=actor,
+            request=CommitRequest(expected_version=3, state="done", envelope={}, actor=actor),
         )
     transitions = [line for line in log_lines() if FIELDS <= set(line)]
     assert [(t["message"], t["sequence"], t["state"], t["step"]) for t in transitions] == [

@@ -12,7 +12,7 @@ import pytest
 from cairn.errors import InvalidEnvelope
 from checkpoints import envelope as env
 from checkpoints.models import Checkpoint, ExternalOperation, Run
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from runtime.services.operations import operation_confirm, operation_reserve
 from runtime.services.runs import run_create
 from tenants.services import Actor
@@ -102,10 +102,12 @@ def test_every_service_write_path_refuses_it_too(run, acme, bob, number):  # noq
         checkpoint_commit(
             tenant=acme,
             run_id=run.id,
-            expected_version=run.version,
-            state="draft_answer",
-            envelope={"inputs": {"deep": [{"n": number}]}},
-            actor=Actor(user=bob),
+            request=CommitRequest(
+                expected_version=run.version,
+                state="draft_answer",
+                envelope={"inputs": {"deep": [{"n": number}]}},
+                actor=Actor(user=bob),
+            ),
         )
     operation, _ = operation_reserve(
         tenant=acme,
@@ -152,11 +154,13 @@ def poisoned(run, bob, monkeypatch):  # noqa: ANN001
         checkpoint_commit(
             tenant=run.tenant,
             run_id=run.id,
-            expected_version=run.version,
-            state="draft_answer",
-            step="draft_answer",
-            envelope={"inputs": {"values": {"question": "why?", "n": 1e20}}},
-            actor=Actor(user=bob),
+            request=CommitRequest(
+                expected_version=run.version,
+                state="draft_answer",
+                step="draft_answer",
+                envelope={"inputs": {"values": {"question": "why?", "n": 1e20}}},
+                actor=Actor(user=bob),
+            ),
         )
     run.refresh_from_db()
     return run

@@ -22,7 +22,7 @@ from checkpoints.models import (
     Run,
     RunStatus,
 )
-from checkpoints.services.checkpoints import checkpoint_commit, run_verify
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit, run_verify
 from retention.models import RetentionPolicy
 from retention.policies import (
     PolicyInput,
@@ -284,11 +284,13 @@ def test_commits_index_the_artifacts_they_name(acme, run, bob):
     checkpoint_commit(
         tenant=acme,
         run_id=run.id,
-        expected_version=1,
-        state="draft_answer",
-        step="draft",
-        envelope={"evidence": {"artifacts": [ref(draft)], "validators": []}},
-        actor=Actor(user=bob),
+        request=CommitRequest(
+            expected_version=1,
+            state="draft_answer",
+            step="draft",
+            envelope={"evidence": {"artifacts": [ref(draft)], "validators": []}},
+            actor=Actor(user=bob),
+        ),
     )
     assert list(ArtifactReference.objects.values_list("checkpoint__sequence", "artifact")) == [
         (2, draft.pk)
@@ -302,10 +304,12 @@ def test_a_commit_naming_a_deleted_artifact_is_refused_whole(acme, run, bob):
         checkpoint_commit(
             tenant=acme,
             run_id=run.id,
-            expected_version=1,
-            state="draft_answer",
-            envelope={"evidence": {"artifacts": [ref(draft)], "validators": []}},
-            actor=Actor(user=bob),
+            request=CommitRequest(
+                expected_version=1,
+                state="draft_answer",
+                envelope={"evidence": {"artifacts": [ref(draft)], "validators": []}},
+                actor=Actor(user=bob),
+            ),
         )
     assert Checkpoint.objects.filter(run=run).count() == 1
 

@@ -11,7 +11,7 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 
 from checkpoints.models import Artifact, Checkpoint, Run, RunStatus
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from retention.services import retention_apply
 from tenants.services import Actor
 from tests import retention_jobs as jobs
@@ -80,11 +80,13 @@ def test_active_runs_commit_while_a_job_holds_a_batch_open(acme, bob, estate):
             checkpoint_commit(
                 tenant=acme,
                 run_id=run.id,
-                expected_version=run.version,
-                state="collect_sources",
-                step="more",
-                envelope={},
-                actor=Actor(user=bob),
+                request=CommitRequest(
+                    expected_version=run.version,
+                    state="collect_sources",
+                    step="more",
+                    envelope={},
+                    actor=Actor(user=bob),
+                ),
             )
         assert estate[RunStatus.RUNNING].sequences() == set(range(1, 12))
     finally:

@@ -20,7 +20,7 @@ from rest_framework.test import APIClient
 from approvals.services.delegations import delegation_create
 from checkpoints.models import Run
 from checkpoints.services.artifacts import artifact_store
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from tenants.grants import run_grant_create
 from tenants.members import member_invite
 from tenants.models import AuditEvent
@@ -213,11 +213,13 @@ def acme_rows(acme, alice, bob, carol, charlie, run) -> Acme:  # noqa: ANN001
     checkpoint_commit(
         tenant=acme,
         run_id=run.pk,
-        expected_version=run.version,
-        state="review",
-        step="",
-        envelope={"evidence": {"artifacts": cited, "validators": []}},
-        actor=Actor.system("test"),
+        request=CommitRequest(
+            expected_version=run.version,
+            state="review",
+            step="",
+            envelope={"evidence": {"artifacts": cited, "validators": []}},
+            actor=Actor.system("test"),
+        ),
     )
     approval = ask(run, artifact, bob)
     run.refresh_from_db()

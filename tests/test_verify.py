@@ -10,7 +10,12 @@ from django.db import connection, transaction
 from checkpoints import crypto
 from checkpoints.models import Checkpoint
 from checkpoints.services.artifacts import artifact_store
-from checkpoints.services.checkpoints import checkpoint_commit, envelope_seal, run_verify
+from checkpoints.services.checkpoints import (
+    CommitRequest,
+    checkpoint_commit,
+    envelope_seal,
+    run_verify,
+)
 from checkpoints.services.reads import checkpoint_envelope
 from tenants.services import Actor
 
@@ -28,10 +33,12 @@ def history(run, bob, acme):  # noqa: ANN001
         checkpoint_commit(
             tenant=acme,
             run_id=run.id,
-            expected_version=version,
-            state=state,
-            envelope={"evidence": evidence},
-            actor=Actor(user=bob),
+            request=CommitRequest(
+                expected_version=version,
+                state=state,
+                envelope={"evidence": evidence},
+                actor=Actor(user=bob),
+            ),
         )
     return run, artifact
 

@@ -125,18 +125,20 @@ def test_the_ignored_filters_sentence_ends_cleanly(acme, bob, workflow):
 
 
 def test_the_run_timeline_pages_on_instead_of_stopping_at_200(acme, bob, run):
-    from checkpoints.services.checkpoints import checkpoint_commit
+    from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 
     for index in range(205):
         run.refresh_from_db()
         checkpoint_commit(
             tenant=acme,
             run_id=run.pk,
-            expected_version=run.version,
-            state="collect_sources",
-            step=f"step{index}",
-            envelope={},
-            actor=Actor.system("t"),
+            request=CommitRequest(
+                expected_version=run.version,
+                state="collect_sources",
+                step=f"step{index}",
+                envelope={},
+                actor=Actor.system("t"),
+            ),
         )
     client = signed_in(bob)
     html = client.get(f"/runs/{run.pk}/").content.decode()

@@ -17,7 +17,7 @@ from approvals.models import LIVE_STATUSES, ApprovalRequest, ApprovalStatus
 from approvals.services.standing import reviewers_declared
 from cairn.errors import NotFound
 from checkpoints.models import ACTIVE_STATUSES, Artifact, Checkpoint, Run, RunStatus
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from checkpoints.services.outbox import outbox_enqueue
 from tenants import roles
 from tenants.models import Tenant
@@ -204,19 +204,21 @@ def run_fail_at_approval(
     checkpoint_commit(
         tenant=run.tenant,
         run_id=run.pk,
-        expected_version=run.version,
-        state=run.state,
-        step=run.step,
-        envelope={
-            "control": {
-                "approval_request_id": str(request.pk),
-                "actor": actor.name,
-                "reason": reason[:2000],
-            }
-        },
-        actor=actor,
-        status=RunStatus.FAILED,
-        status_reason=status_reason[:2000],
-        lease_owner=run.lease_owner or None,
-        is_evidence=True,
+        request=CommitRequest(
+            expected_version=run.version,
+            state=run.state,
+            step=run.step,
+            envelope={
+                "control": {
+                    "approval_request_id": str(request.pk),
+                    "actor": actor.name,
+                    "reason": reason[:2000],
+                }
+            },
+            actor=actor,
+            status=RunStatus.FAILED,
+            status_reason=status_reason[:2000],
+            lease_owner=run.lease_owner or None,
+            is_evidence=True,
+        ),
     )

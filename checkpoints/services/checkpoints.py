@@ -13,7 +13,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -277,35 +277,73 @@ def checkpoint_insert(
     return checkpoint
 
 
-@commit_traced  # a span around every commit, whoever writes it; the body is not touched
-def checkpoint_commit(
-    *,
-    tenant: Tenant,
-    run_id: UUID | str,
-    expected_version: int,
-    state: str,
-    step: str = "",
-    envelope: dict[str, Any],
-    actor: Actor,
-    status: str | None = None,
-    status_reason: str = "",
-    lease_owner: str | None = None,
-    pending_action: str | None = None,
-    next_eligible_at: datetime | None = None,
-    code_version: str = "",
-    is_evidence: bool = False,
-    operator_override: bool = False,
-    head: RunHead | None = None,
-    continues: bool = False,
-    consumed_outbox_id: int | None = None,
-    charge_next_attempt: bool = False,
-    release_lease: bool = False,
-) -> CommitResult:
-    """Commit the run's next checkpoint. All or nothing: on PostgreSQL one statement (one
-    round trip outside a transaction), on SQLite one transaction (``commit_sql``).
+@dataclass(frozen=True)
+class WorkerLoop:
+    """A worker that goes on with the run in its own loop (``runtime.executor``) commits
+    with this, so that it needs no write of its own between steps:
+
+    - the ``run.resume`` of a commit that leaves the run running (or at an approval) is
+      written already claimed by the lease owner until its lease expires, instead of being
+      published (a crash still leaves the sweep a command to publish);
+    - ``consumed_outbox_id``, its previous such command, is marked sent in the same
+      statement;
+    - ``charge_next_attempt`` charges the attempt of the step it runs next to the run's
+      usage (not to this checkpoint) and renews the lease, so that step needs no write
+      before it runs;
+    - the writer's lease is released in the same statement when the commit leaves the run
+      anywhere but ``running`` or ``waiting_approval`` (its task ends there).
+    """
+
+    consumed_outbox_id: int | None = None
+    charge_next_attempt: bool = False
+
+
+@dataclass(frozen=True)
+class CommitRequest:
+    """One writer's commit of the run's next checkpoint, as ``checkpoint_commit`` takes it.
 
     ``envelope`` holds the writer's groups (inputs, evidence, side_effects, budgets,
     control); a group left out is carried forward from the parent checkpoint.
+    ``operator_override`` is only for recorded operator actions (``run_retry``, which writes
+    its audit event in the same transaction): the move may go to any state of the workflow,
+    also backwards, and a failed run may be reopened. Everything else is checked as usual,
+    the approval invariant included (``commit_rules``). ``worker``: see ``WorkerLoop``.
+    """
+
+    expected_version: int
+    state: str
+    envelope: dict[str, Any]
+    actor: Actor
+    step: str = ""
+    status: str | None = None
+    status_reason: str = ""
+    lease_owner: str | None = None
+    pending_action: str | None = None
+    next_eligible_at: datetime | None = None
+    code_version: str = ""
+    is_evidence: bool = False
+    operator_override: bool = False
+    worker: WorkerLoop | None = None
+
+
+@dataclass(frozen=True)
+class CommitPlan:
+    """A commit decided and sealed on one head: the statement's values, the full envelope,
+    the approval it consumes (when it leaves an approval state under an approved request)
+    and whether its command is published as soon as it commits."""
+
+    write: commit_sql.CommitWrite
+    envelope: dict[str, Any]
+    approval_use: ApprovalUse | None
+    dispatch_now: bool
+
+
+@commit_traced  # a span around every commit, whoever writes it; the body is not touched
+def checkpoint_commit(
+    *, tenant: Tenant, run_id: UUID | str, request: CommitRequest, head: RunHead | None = None
+) -> CommitResult:
+    """Commit the run's next checkpoint. All or nothing: on PostgreSQL one statement (one
+    round trip outside a transaction), on SQLite one transaction (``commit_sql``).
 
     ``head`` is the run as the caller last saw it (``CommitResult.head`` of its previous
     commit, or ``RunHead.of`` its restored run); without it the commit reads it (one more
@@ -314,62 +352,17 @@ def checkpoint_commit(
     links to the chain the new checkpoint links to and agrees with its head checkpoint's
     row (``commit_sql``). A tampered head is refused with IntegrityFailure, whoever writes.
 
-    ``operator_override`` is only for recorded operator actions (``run_retry``, which writes
-    its audit event in the same transaction): the move may go to any state of the workflow,
-    also backwards, and a failed run may be reopened. Everything else is checked as usual,
-    the approval invariant included (``commit_rules``).
-
-    For a worker that goes on with the run in its own loop: ``continues`` writes the
-    ``run.resume`` of a commit that leaves the run running (or at an approval) already
-    claimed by the lease owner until its lease expires, instead of publishing it (so a
-    crash still leaves the sweep a command to publish); ``consumed_outbox_id`` marks its
-    previous such command sent in the same statement; ``charge_next_attempt`` charges the
-    attempt of the step it runs next to the run's usage (not to this checkpoint) and
-    renews the lease, so that step needs no write of its own before it runs.
-    ``release_lease`` releases the writer's lease in the same statement when the commit
-    leaves the run anywhere but ``running`` or ``waiting_approval`` (its task ends there),
-    so the task's end needs no write of its own either.
+    Reads: check the request → plan on the head → execute the one statement → after the
+    commit (wake long-polls, dispatch, log). The returned head carries the lease as the
+    statement left it, read back from the write.
 
     Raises NotFound, IntegrityFailure, RunNotActive, ConcurrentCheckpointWrite
     (expected_version is not the run's version), LeaseHeld (another owner holds an
     unexpired lease), IllegalTransition, InvalidEnvelope, SecretInEnvelope,
     PayloadTooLarge or ArtifactHashMismatch. When it raises, nothing was written.
     """
-    _check_client_groups(envelope)
-    if status_reason or code_version or lease_owner:
-        screened = free_text_screen(
-            {
-                "status_reason": status_reason,
-                "lease_owner": lease_owner,
-                "code_version": code_version,
-            },
-            refuse=actor.user is not None,
-        )
-        status_reason = screened["status_reason"]
-    if status is not None and status not in COMMIT_STATUSES:
-        raise InvalidEnvelope(
-            f"A commit cannot set the status '{status}'.", fields={"status": status}
-        )
+    request = _request_checked(request)
     started = time.monotonic()
-    request = _CommitRequest(
-        expected_version=expected_version,
-        state=state,
-        step=step,
-        groups=envelope,
-        actor=actor,
-        status=status,
-        status_reason=status_reason,
-        lease_owner=lease_owner,
-        pending_action=pending_action,
-        next_eligible_at=next_eligible_at,
-        code_version=code_version,
-        is_evidence=is_evidence,
-        operator_override=operator_override,
-        continues=continues,
-        consumed_outbox_id=consumed_outbox_id,
-        charge_next_attempt=charge_next_attempt,
-        release_lease=release_lease,
-    )
     known = head if head is not None and str(head.id) == str(run_id) else None
     if known is not None and known.tenant_id != tenant.id:
         known = None
@@ -382,32 +375,34 @@ def checkpoint_commit(
         # database's clock; deciding early here uses this process's estimate of that clock,
         # and after a refusal the database's own time, so a writer whose clock is off gets
         # ``lease_held`` rather than a lost race.
-        another = current.lease_owner not in ("", lease_owner)
+        another = current.lease_owner not in ("", request.lease_owner)
         lease_now = clock.db_now() if attempt and another else clock.now()
         try:
-            write, full = _commit_plan(tenant, current, request, lease_now=lease_now)
+            plan = _commit_plan(tenant, current, request, lease_now=lease_now)
         except CairnError:
             if fresh:
                 raise
             known = None
             continue
-        if request.approval_use is None:
-            outbox_id = _commit_execute(write, full)
+        if plan.approval_use is None:
+            committed = _commit_execute(plan)
         else:
-            outbox_id = _commit_consuming(request.approval_use, current, actor, write, full)
-        if outbox_id is not None:
+            committed = _commit_consuming(plan, current, request.actor)
+        if committed is not None:
             break
         # The run left this head (a racing writer, an operator, a charge): decide again on
         # the run as it is now. A writer that lost the race is refused there.
         known = None
     else:
         raise ConcurrentCheckpointWrite(
-            f"The run moved past version {expected_version} while this checkpoint was "
-            "being written; nothing was written."
+            f"The run moved past version {request.expected_version} while this checkpoint "
+            "was being written; nothing was written."
         )
+    write = plan.write
     if current.execution == Execution.EXTERNAL:
         changes.run_committed(run_id=current.id)  # its runner may be long-polling
-    if request.outbox_dispatch and settings.CAIRN_DISPATCH_ON_COMMIT:
+    if plan.dispatch_now and settings.CAIRN_DISPATCH_ON_COMMIT:
+        outbox_id = committed.outbox_id
         transaction.on_commit(lambda: outbox.outbox_dispatch(message_ids=[outbox_id]))
     commit_latency_record(seconds=time.monotonic() - started)
     log.info(
@@ -416,39 +411,44 @@ def checkpoint_commit(
             "run": str(current.id),
             "tenant": tenant.slug,
             "sequence": write.sequence,
-            "state": state,
-            "step": step,
+            "state": write.state,
+            "step": write.step,
             "status": write.status,
         },
     )
-    released = write.lease_release and current.lease_owner == lease_owner
     return CommitResult(
         checkpoint_id=write.checkpoint_id,
         sequence=write.sequence,
         sha256=write.sha256,
         parent_sha256=write.parent_sha256,
-        run_version=expected_version + 1,
+        run_version=current.version + 1,
         status=write.status,
-        head=replace(
-            current,
-            version=expected_version + 1,
-            status=write.status,
-            state=state,
-            checkpoint_sequence=write.sequence,
-            latest_checkpoint_id=write.checkpoint_id,
-            latest_checkpoint_sha256=write.sha256,
-            lease_owner="" if released else current.lease_owner,
-            # The database set the renewed expiry; this is this process's estimate of it.
-            lease_expires_at=None
-            if released
-            else clock.now() + timedelta(seconds=write.lease_seconds)
-            if write.lease_seconds is not None and current.lease_owner == lease_owner
-            else current.lease_expires_at,
-            budget_used=write.budget_used,
-        ),
-        envelope=full,
-        outbox_id=outbox_id,
+        head=current.after(write, committed),
+        envelope=plan.envelope,
+        outbox_id=committed.outbox_id,
     )
+
+
+def _request_checked(request: CommitRequest) -> CommitRequest:
+    """The request's own checks, before any read: the groups' shape, the status a writer
+    may set, and its free text screened (a person's refused, a process's redacted)."""
+    _check_client_groups(request.envelope)
+    if request.status is not None and request.status not in COMMIT_STATUSES:
+        raise InvalidEnvelope(
+            f"A commit cannot set the status '{request.status}'.",
+            fields={"status": request.status},
+        )
+    if not (request.status_reason or request.code_version or request.lease_owner):
+        return request
+    screened = free_text_screen(
+        {
+            "status_reason": request.status_reason,
+            "lease_owner": request.lease_owner,
+            "code_version": request.code_version,
+        },
+        refuse=request.actor.user is not None,
+    )
+    return replace(request, status_reason=screened["status_reason"])
 
 
 def checkpoint_commit_by_runner(
@@ -489,10 +489,7 @@ def checkpoint_commit_by_runner(
             "actions. Nothing was written.",
             fields={"lease_owner": "must hold the run's lease"},
         )
-    return checkpoint_commit(
-        head=run,
-        tenant=tenant,
-        run_id=run_id,
+    request = CommitRequest(
         expected_version=expected_version,
         state=state,
         step=step,
@@ -503,49 +500,24 @@ def checkpoint_commit_by_runner(
         code_version=code_version,
         actor=actor,
     )
-
-
-@dataclass
-class _CommitRequest:
-    expected_version: int
-    state: str
-    step: str
-    groups: dict[str, Any]
-    actor: Actor
-    status: str | None
-    status_reason: str
-    lease_owner: str | None
-    pending_action: str | None
-    next_eligible_at: datetime | None
-    code_version: str
-    is_evidence: bool
-    operator_override: bool
-    continues: bool
-    consumed_outbox_id: int | None
-    charge_next_attempt: bool
-    release_lease: bool = False
-    outbox_dispatch: bool = False
-    # Set by the plan when the commit leaves an approval state under an approved request.
-    approval_use: ApprovalUse | None = None
+    return checkpoint_commit(head=run, tenant=tenant, run_id=run_id, request=request)
 
 
 class _HeadMoved(Exception):
     pass
 
 
-def _commit_consuming(
-    use: ApprovalUse, head: RunHead, actor: Actor, write: commit_sql.CommitWrite, full: dict
-) -> int | None:
+def _commit_consuming(plan: CommitPlan, head: RunHead, actor: Actor) -> commit_sql.Committed | None:
     """A commit that leaves an approval state: the approval is consumed in the commit's
     transaction, so it is used if and only if the run moves (a head that moved meanwhile
     rolls the consumption back with the write that did not happen)."""
     try:
         with transaction.atomic():
-            commit_approval_consume(use=use, run=head, actor=actor)
-            outbox_id = _commit_execute(write, full)
-            if outbox_id is None:
+            commit_approval_consume(use=plan.approval_use, run=head, actor=actor)
+            committed = _commit_execute(plan)
+            if committed is None:
                 raise _HeadMoved
-            return outbox_id
+            return committed
     except _HeadMoved:
         return None
 
@@ -565,8 +537,8 @@ def _head_read(tenant: Tenant, run_id: UUID | str) -> RunHead:
 
 
 def _commit_plan(
-    tenant: Tenant, run: RunHead, request: _CommitRequest, *, lease_now: datetime
-) -> tuple[commit_sql.CommitWrite, dict[str, Any]]:
+    tenant: Tenant, run: RunHead, request: CommitRequest, *, lease_now: datetime
+) -> CommitPlan:
     """Check the commit against ``run`` and build, validate, hash and seal its envelope.
     Reads nothing unless the writer left a group out (the parent's is carried forward)."""
     expected_version, state, operator_override = (
@@ -593,13 +565,13 @@ def _commit_plan(
         raise IllegalTransition(
             f"Workflow {run.workflow_type} does not allow {run.state} → {state}."
         )
-    groups = dict(request.groups)
+    groups = dict(request.envelope)
     missing = [g for g in env.CLIENT_GROUPS if g not in groups]
     parent_envelope = latest_envelope(run) if missing else None
     for group in missing:
         groups[group] = parent_envelope.get(group, {} if group != "side_effects" else [])
-    if request.groups.get("side_effects"):
-        _check_side_effects(run, request.groups["side_effects"], parent_envelope)
+    if request.envelope.get("side_effects"):
+        _check_side_effects(run, request.envelope["side_effects"], parent_envelope)
     sequence = run.checkpoint_sequence + 1
     checkpoint_id = uuid.uuid4()
     full = checkpoint_build(
@@ -616,11 +588,10 @@ def _commit_plan(
     prepared = envelope_prepare(full)
     _check_budget_monotonic(run, full["budgets"])
     _check_artifacts(tenant, full["evidence"])
-    request.outbox_dispatch = False
     new_status = request.status or _derive_status(run, state)
     # The protocol, one rule set for every writer (commit_rules): it reads nothing more,
     # except the run's approval requests on a commit that leaves an approval state.
-    request.approval_use = commit_rules_check(
+    approval_use = commit_rules_check(
         run=run,
         definition=run.definition,
         state=state,
@@ -635,21 +606,24 @@ def _commit_plan(
     leaves_approval = state != run.state and run.state in run.definition.get("approval_states", ())
     used = {k: full["budgets"][k] for k in BUDGET_USED_KEYS}
     lease_seconds = None  # renewed by the statement, on the database's clock
-    if request.charge_next_attempt and new_status == RunStatus.RUNNING:
+    worker = request.worker
+    if worker and worker.charge_next_attempt and new_status == RunStatus.RUNNING:
         used = {**used, "attempts_used": used["attempts_used"] + 1}
     if request.lease_owner and run.lease_owner == request.lease_owner:
         lease_seconds = settings.CAIRN_LEASE_SECONDS
     # The outbox message: a worker run's next command, or an event about an external run.
     kind = "run.resume" if run.execution == Execution.WORKER else "run.checkpointed"
     claim_seconds = sent_at = None
+    dispatch_now = False
+    stays = new_status in (RunStatus.RUNNING, RunStatus.WAITING_APPROVAL)
     if kind not in outbox.TASK_FOR_KIND or new_status in TERMINAL_STATUSES:
         sent_at = now  # nothing consumes it (a run.resume of an ended run is a no-op)
-    elif request.continues and new_status in (RunStatus.RUNNING, RunStatus.WAITING_APPROVAL):
+    elif worker and stays:
         # The caller executes it itself; until its lease would expire nobody publishes it.
         claim_seconds = settings.CAIRN_LEASE_SECONDS
     else:
         available = request.next_eligible_at
-        request.outbox_dispatch = available is None or available <= now
+        dispatch_now = available is None or available <= now
     identity = full["identity"]
     write = commit_sql.CommitWrite(
         head=run,
@@ -664,11 +638,7 @@ def _commit_plan(
         budget_used=used,
         lease_owner=request.lease_owner,
         lease_seconds=lease_seconds,
-        lease_release=bool(
-            request.release_lease
-            and request.lease_owner
-            and new_status not in (RunStatus.RUNNING, RunStatus.WAITING_APPROVAL)
-        ),
+        lease_release=bool(worker and request.lease_owner and not stays),
         schema_version=full["schema_version"],
         envelope_sealed=canonical_seal(
             tenant_id=run.tenant_id, checkpoint_id=checkpoint_id, canonical=prepared.canonical
@@ -683,10 +653,12 @@ def _commit_plan(
         outbox_available_at=request.next_eligible_at,
         outbox_claim_seconds=claim_seconds,
         outbox_sent_at=sent_at,
-        consumed_outbox_id=request.consumed_outbox_id,
+        consumed_outbox_id=worker.consumed_outbox_id if worker else None,
         now=now,
     )
-    return write, full
+    return CommitPlan(
+        write=write, envelope=full, approval_use=approval_use, dispatch_now=dispatch_now
+    )
 
 
 def _check_side_effects(
@@ -736,20 +708,21 @@ def _check_side_effects(
         )
 
 
-def _commit_execute(write: commit_sql.CommitWrite, full: dict[str, Any]) -> int | None:
+def _commit_execute(plan: CommitPlan) -> commit_sql.Committed | None:
     """The write; with evidence artifacts also the reference index, in one transaction.
-    Returns the outbox id, or None when the run left the head (nothing written)."""
-    if not full["evidence"].get("artifacts"):
+    Returns what the statement wrote, or None when the run left the head (nothing written)."""
+    write = plan.write
+    if not plan.envelope["evidence"].get("artifacts"):
         return commit_sql.commit_write(write)
     with transaction.atomic():
-        outbox_id = commit_sql.commit_write(write)
-        if outbox_id is not None:
+        committed = commit_sql.commit_write(write)
+        if committed is not None:
             # Envelopes are encrypted: retention learns which artifacts a checkpoint names here.
             references_record(
                 checkpoint=Checkpoint(id=write.checkpoint_id, tenant_id=write.head.tenant_id),
-                envelope=full,
+                envelope=plan.envelope,
             )
-    return outbox_id
+    return committed
 
 
 def transition_ok(run: Run | RunHead, state: str) -> bool:

@@ -15,6 +15,8 @@ prepared statement (psycopg 3), parsed once per connection.
 
 SQLite (in process, no round trips): the same protocol as plain statements in one
 transaction (the settings open transactions ``IMMEDIATE``); sqlite3 keeps them prepared.
+Both databases' statements come from one template (``_move`` and its siblings, spelled by a
+``_Dialect``) and take one set of named parameters (``_commit_params``).
 
 The head check covers more than the version: the run's status, its budget usage and limits
 (which a lease's charge or a grant change without a new version) and the lease. So an
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -116,6 +118,22 @@ class RunHead:
         expires = self.lease_expires_at
         return bool(self.lease_owner and expires and expires > now)
 
+    def after(self, write: CommitWrite, committed: Committed) -> RunHead:
+        """The run as ``write`` left it: its new position and usage, and its lease as the
+        statement returned it (renewed, released or untouched, on the database's clock)."""
+        return replace(
+            self,
+            version=self.version + 1,
+            status=write.status,
+            state=write.state,
+            checkpoint_sequence=write.sequence,
+            latest_checkpoint_id=write.checkpoint_id,
+            latest_checkpoint_sha256=write.sha256,
+            lease_owner=committed.lease_owner,
+            lease_expires_at=committed.lease_expires_at,
+            budget_used=write.budget_used,
+        )
+
 
 @dataclass(frozen=True)
 class CommitWrite:
@@ -152,6 +170,16 @@ class CommitWrite:
     outbox_sent_at: datetime | None
     consumed_outbox_id: int | None  # the caller's previous in-loop command, now done
     now: datetime
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What the commit's statement returns: its outbox message and the run's lease as the
+    statement left it (renewed or released on the database's clock, or untouched)."""
+
+    outbox_id: int
+    lease_owner: str
+    lease_expires_at: datetime | None
 
 
 def _json(value: Any) -> str:
@@ -198,82 +226,153 @@ _HEAD_INTACT = """
                         AND c.state = {run}.state AND c.step = {run}.step) END)
 """
 
-# --- PostgreSQL -------------------------------------------------------------------------------
-_PG_HEAD = _HEAD_SELECT.format(run_id="%(run_id)s::uuid", tenant_id="%(tenant_id)s::uuid")
-_PG_HEAD_INTACT = _HEAD_INTACT.format(
-    parent_sha256="%(parent_sha256)s::text",
-    sequence="%(sequence)s::bigint",
-    head_state="%(head_state)s::text",
-    parent_id="%(parent_id)s::uuid",
-    checkpoint=CHECKPOINT,
-    run=RUN,
-)
 
-# ``notified``: runners long-poll externally driven runs (GET /runs/{id}/next); NOTIFY
-# wakes them when this transaction commits (``checkpoints.services.changes``).
-_PG_COMMIT = f"""
-WITH moved AS (
+# --- the commit's SQL: one template, each database's dialect -----------------------------
+@dataclass(frozen=True)
+class _Dialect:
+    """How one database spells the commit's parameters and its clock. PostgreSQL casts each
+    parameter (the statement is prepared once, server-side, so its types are fixed);
+    SQLite's ``'now'`` is this machine's clock, which is its database's: it is embedded."""
+
+    casts: bool
+    now: str
+
+    def p(self, name: str, kind: str) -> str:
+        return f"%({name})s::{kind}" if self.casts else f"%({name})s"
+
+    def later(self, seconds: str) -> str:
+        """``seconds`` (a parameter's name) after the statement's time, on its clock."""
+        if self.casts:
+            return f"{self.now} + %({seconds})s::integer * interval '1 second'"
+        return f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || %({seconds})s || ' seconds')"
+
+    def json_equal(self, column: str, name: str) -> str:
+        if self.casts:
+            return f"{column} = %({name})s::jsonb"
+        return f"json({column}) = json(%({name})s)"
+
+
+_PG = _Dialect(casts=True, now="statement_timestamp()")
+_SQLITE = _Dialect(casts=False, now="strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')")
+
+
+def _move(d: _Dialect) -> str:
+    """The optimistic move of the run's head: writes only on the head the commit was decided
+    on, intact (``_HEAD_INTACT``), and returns the lease as the statement left it."""
+    owner = d.p("lease_owner", "text")
+    releases = f"{d.p('lease_release', 'boolean')} AND lease_owner = {owner}"
+    intact = _HEAD_INTACT.format(
+        parent_sha256=d.p("parent_sha256", "text"),
+        sequence=d.p("sequence", "bigint"),
+        head_state=d.p("head_state", "text"),
+        parent_id=d.p("parent_id", "uuid"),
+        checkpoint=CHECKPOINT,
+        run=RUN,
+    )
+    return f"""
     UPDATE {RUN} SET
         version = version + 1,
-        checkpoint_sequence = %(sequence)s::bigint,
-        latest_checkpoint_id = %(checkpoint_id)s::uuid,
-        latest_checkpoint_sha256 = %(sha256)s::text,
-        state = %(state)s::text,
-        step = %(step)s::text,
-        status = %(status)s::text,
-        status_reason = %(status_reason)s::text,
-        next_eligible_at = %(next_eligible_at)s::timestamptz,
-        budget_used = %(budget_used)s::jsonb,
-        lease_owner = CASE
-            WHEN %(lease_release)s::boolean AND lease_owner = %(lease_owner)s::text
-            THEN '' ELSE lease_owner END,
+        checkpoint_sequence = {d.p("sequence", "bigint")},
+        latest_checkpoint_id = {d.p("checkpoint_id", "uuid")},
+        latest_checkpoint_sha256 = {d.p("sha256", "text")},
+        state = {d.p("state", "text")},
+        step = {d.p("step", "text")},
+        status = {d.p("status", "text")},
+        status_reason = {d.p("status_reason", "text")},
+        next_eligible_at = {d.p("next_eligible_at", "timestamptz")},
+        budget_used = {d.p("budget_used", "jsonb")},
+        lease_owner = CASE WHEN {releases} THEN '' ELSE lease_owner END,
         lease_expires_at = CASE
-            WHEN %(lease_release)s::boolean AND lease_owner = %(lease_owner)s::text THEN NULL
-            WHEN %(lease_seconds)s::integer IS NOT NULL AND lease_owner = %(lease_owner)s::text
-            THEN statement_timestamp() + %(lease_seconds)s::integer * interval '1 second'
+            WHEN {releases} THEN NULL
+            WHEN {d.p("lease_seconds", "integer")} IS NOT NULL AND lease_owner = {owner}
+            THEN {d.later("lease_seconds")}
             ELSE lease_expires_at END,
-        updated_at = %(now)s::timestamptz
-     WHERE id = %(run_id)s::uuid
-       AND tenant_id = %(tenant_id)s::uuid
-       AND version = %(expected_version)s::bigint
-       AND status = %(head_status)s::text
-       AND budget_used = %(head_used)s::jsonb
-       AND budget_limits = %(head_limits)s::jsonb
+        updated_at = {d.p("now", "timestamptz")}
+     WHERE id = {d.p("run_id", "uuid")}
+       AND tenant_id = {d.p("tenant_id", "uuid")}
+       AND version = {d.p("expected_version", "bigint")}
+       AND status = {d.p("head_status", "text")}
+       AND {d.json_equal("budget_used", "head_used")}
+       AND {d.json_equal("budget_limits", "head_limits")}
        AND (lease_owner = '' OR lease_expires_at IS NULL
-            OR lease_expires_at <= statement_timestamp() OR lease_owner = %(lease_owner)s::text)
-       {_PG_HEAD_INTACT}
-    RETURNING id, tenant_id, execution
+            OR lease_expires_at <= {d.now} OR lease_owner = {owner})
+       {intact}
+    RETURNING id, execution, lease_owner, lease_expires_at"""
+
+
+_CHECKPOINT_COLUMNS = (
+    "id, tenant_id, run_id, sequence, parent_id, state, step, schema_version, "
+    "envelope_sealed, key_id, sha256, parent_sha256, actor, is_evidence, created_at"
+)
+_OUTBOX_COLUMNS = (
+    "tenant_id, run_id, kind, payload, created_at, available_at, claimed_until, sent_at, attempts"
+)
+
+
+def _checkpoint_values(d: _Dialect) -> str:
+    kinds = (
+        ("checkpoint_id", "uuid"), ("tenant_id", "uuid"), ("run_id", "uuid"),
+        ("sequence", "bigint"), ("parent_id", "uuid"), ("state", "text"), ("step", "text"),
+        ("schema_version", "integer"), ("envelope_sealed", "text"), ("key_id", "text"),
+        ("sha256", "text"), ("parent_sha256", "text"), ("actor", "text"),
+        ("is_evidence", "boolean"), ("now", "timestamptz"),
+    )  # fmt: skip
+    return ", ".join(d.p(name, kind) for name, kind in kinds)
+
+
+def _outbox_values(d: _Dialect) -> str:
+    claim = d.p("outbox_claim_seconds", "integer")
+    return ", ".join(
+        (
+            d.p("tenant_id", "uuid"),
+            d.p("run_id", "uuid"),
+            d.p("outbox_kind", "text"),
+            d.p("outbox_payload", "jsonb"),
+            d.p("now", "timestamptz"),
+            d.p("outbox_available_at", "timestamptz"),
+            f"CASE WHEN {claim} IS NULL THEN NULL ELSE {d.later('outbox_claim_seconds')} END",
+            d.p("outbox_sent_at", "timestamptz"),
+            "0",
+        )
+    )
+
+
+def _consume(d: _Dialect) -> str:
+    return (
+        f"UPDATE {OUTBOX} SET sent_at = {d.p('now', 'timestamptz')}"
+        f" WHERE id = {d.p('consumed_outbox_id', 'bigint')} AND sent_at IS NULL"
+    )
+
+
+# PostgreSQL: one statement. ``notified``: runners long-poll externally driven runs (GET
+# /runs/{id}/next); NOTIFY wakes them when this transaction commits (``changes``).
+_PG_COMMIT = f"""
+WITH moved AS ({_move(_PG)}
 ), notified AS (
     SELECT pg_notify('{CHANNEL}', id::text) FROM moved WHERE execution = 'external'
 ), inserted AS (
-    INSERT INTO {CHECKPOINT} (id, tenant_id, run_id, sequence, parent_id, state, step,
-        schema_version, envelope_sealed, key_id, sha256, parent_sha256, actor, is_evidence,
-        created_at)
-    SELECT %(checkpoint_id)s::uuid, tenant_id, id, %(sequence)s::bigint, %(parent_id)s::uuid,
-        %(state)s::text, %(step)s::text, %(schema_version)s::integer,
-        %(envelope_sealed)s::text, %(key_id)s::text, %(sha256)s::text,
-        %(parent_sha256)s::text, %(actor)s::text, %(is_evidence)s::boolean,
-        %(now)s::timestamptz
-      FROM moved
+    INSERT INTO {CHECKPOINT} ({_CHECKPOINT_COLUMNS})
+    SELECT {_checkpoint_values(_PG)} FROM moved
     RETURNING id
 ), queued AS (
-    INSERT INTO {OUTBOX} (tenant_id, run_id, kind, payload, created_at, available_at,
-        claimed_until, sent_at, attempts)
-    SELECT tenant_id, id, %(outbox_kind)s::text, %(outbox_payload)s::jsonb,
-        %(now)s::timestamptz, %(outbox_available_at)s::timestamptz,
-        statement_timestamp() + %(outbox_claim_seconds)s::integer * interval '1 second',
-        %(outbox_sent_at)s::timestamptz, 0
-      FROM moved
+    INSERT INTO {OUTBOX} ({_OUTBOX_COLUMNS})
+    SELECT {_outbox_values(_PG)} FROM moved
     RETURNING id
 ), consumed AS (
-    UPDATE {OUTBOX} SET sent_at = %(now)s::timestamptz
-     WHERE id = %(consumed_outbox_id)s::bigint AND sent_at IS NULL
-       AND EXISTS (SELECT 1 FROM moved)
+    {_consume(_PG)} AND EXISTS (SELECT 1 FROM moved)
     RETURNING id
 )
-SELECT (SELECT id FROM queued), (SELECT count(*) FROM inserted), (SELECT count(*) FROM consumed),
-       (SELECT count(*) FROM notified)
+SELECT (SELECT id FROM queued), (SELECT count(*) FROM inserted),
+       (SELECT lease_owner FROM moved), (SELECT lease_expires_at FROM moved),
+       (SELECT count(*) FROM consumed), (SELECT count(*) FROM notified)
 """
+# SQLite: the same statements, one after the other in one transaction.
+_SQLITE_MOVE = _move(_SQLITE)
+_SQLITE_INSERT = (
+    f"INSERT INTO {CHECKPOINT} ({_CHECKPOINT_COLUMNS}) VALUES ({_checkpoint_values(_SQLITE)})"
+)
+_SQLITE_QUEUE = f"INSERT INTO {OUTBOX} ({_OUTBOX_COLUMNS}) VALUES ({_outbox_values(_SQLITE)})"
+_SQLITE_CONSUME = _consume(_SQLITE)
 
 
 class _PreparedCursor(psycopg.Cursor):
@@ -306,26 +405,30 @@ def _pg_execute(sql: str, params: dict[str, Any]) -> tuple | None:
     return row
 
 
-def _pg_params(write: CommitWrite) -> dict[str, Any]:
+def _commit_params(write: CommitWrite, *, embedded: bool) -> dict[str, Any]:
+    """The commit's named parameters, for either database (SQLite stores UUIDs as hex and
+    times as Django writes them)."""
     head = write.head
+    uuid_ = _hex if embedded else _same
+    time_ = _sqlite_time if embedded else _same
     return {
-        "run_id": head.id,
-        "tenant_id": head.tenant_id,
+        "run_id": uuid_(head.id),
+        "tenant_id": uuid_(head.tenant_id),
         "expected_version": head.version,
         "head_status": head.status,
         "head_used": _json(head.budget_used),
         "head_limits": _json(head.budget_limits),
         "head_state": head.state,
         "sequence": write.sequence,
-        "checkpoint_id": write.checkpoint_id,
-        "parent_id": write.parent_id,
+        "checkpoint_id": uuid_(write.checkpoint_id),
+        "parent_id": uuid_(write.parent_id),
         "sha256": write.sha256,
         "parent_sha256": write.parent_sha256,
         "state": write.state,
         "step": write.step,
         "status": write.status,
         "status_reason": write.status_reason,
-        "next_eligible_at": write.next_eligible_at,
+        "next_eligible_at": time_(write.next_eligible_at),
         "budget_used": _json(write.budget_used),
         "lease_owner": write.lease_owner,
         "lease_seconds": write.lease_seconds,
@@ -337,56 +440,38 @@ def _pg_params(write: CommitWrite) -> dict[str, Any]:
         "is_evidence": write.is_evidence,
         "outbox_kind": write.outbox_kind,
         "outbox_payload": _json(write.outbox_payload),
-        "outbox_available_at": write.outbox_available_at,
+        "outbox_available_at": time_(write.outbox_available_at),
         "outbox_claim_seconds": write.outbox_claim_seconds,
-        "outbox_sent_at": write.outbox_sent_at,
+        "outbox_sent_at": time_(write.outbox_sent_at),
         "consumed_outbox_id": write.consumed_outbox_id,
-        "now": write.now,
+        "now": time_(write.now),
     }
 
 
-# --- SQLite -----------------------------------------------------------------------------------
-# The database's clock, as Django writes a datetime ('now' is this machine's: SQLite is
-# embedded, so the one machine's clock is the database's). ``_SQLITE_LATER`` adds seconds.
-_SQLITE_NOW = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
-_SQLITE_LATER = "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || %s || ' seconds')"
-_SQLITE_HEAD = _HEAD_SELECT.format(run_id="%s", tenant_id="%s")
-# Its placeholders, in order: parent hash, sequence, head state, parent id (three times).
-_SQLITE_HEAD_INTACT = _HEAD_INTACT.format(
-    parent_sha256="%s",
-    sequence="%s",
-    head_state="%s",
-    parent_id="%s",
-    checkpoint=CHECKPOINT,
-    run=RUN,
+def _same(value: Any) -> Any:
+    return value
+
+
+_PG_HEAD = _HEAD_SELECT.format(run_id=_PG.p("run_id", "uuid"), tenant_id=_PG.p("tenant_id", "uuid"))
+_SQLITE_HEAD = _HEAD_SELECT.format(
+    run_id=_SQLITE.p("run_id", "uuid"), tenant_id=_SQLITE.p("tenant_id", "uuid")
 )
-_SQLITE_MOVE = f"""
-UPDATE {RUN} SET version = version + 1, checkpoint_sequence = %s, latest_checkpoint_id = %s,
-    latest_checkpoint_sha256 = %s, state = %s, step = %s, status = %s, status_reason = %s,
-    next_eligible_at = %s, budget_used = %s,
-    lease_owner = CASE WHEN %s AND lease_owner = %s THEN '' ELSE lease_owner END,
-    lease_expires_at = CASE WHEN %s AND lease_owner = %s THEN NULL
-                            WHEN %s IS NOT NULL AND lease_owner = %s THEN {_SQLITE_LATER}
-                            ELSE lease_expires_at END,
-    updated_at = %s
- WHERE id = %s AND tenant_id = %s AND version = %s AND status = %s
-   AND json(budget_used) = json(%s) AND json(budget_limits) = json(%s)
-   AND (lease_owner = '' OR lease_expires_at IS NULL OR lease_expires_at <= {_SQLITE_NOW}
-        OR lease_owner = %s)
-   {_SQLITE_HEAD_INTACT}
-"""
-_SQLITE_INSERT = f"""
-INSERT INTO {CHECKPOINT} (id, tenant_id, run_id, sequence, parent_id, state, step,
-    schema_version, envelope_sealed, key_id, sha256, parent_sha256, actor, is_evidence,
-    created_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-"""
-_SQLITE_QUEUE = f"""
-INSERT INTO {OUTBOX} (tenant_id, run_id, kind, payload, created_at, available_at,
-    claimed_until, sent_at, attempts)
-VALUES (%s, %s, %s, %s, %s, %s, CASE WHEN %s IS NULL THEN NULL ELSE {_SQLITE_LATER} END, %s, 0)
-"""
-_SQLITE_CONSUME = f"UPDATE {OUTBOX} SET sent_at = %s WHERE id = %s AND sent_at IS NULL"
+_LEASE_CHECK = f"SELECT version, status, lease_owner, paused FROM {RUN} WHERE id = {{run_id}}"
+_PG_LEASE_CHECK = _LEASE_CHECK.format(run_id=_PG.p("run_id", "uuid"))
+_SQLITE_LEASE_CHECK = _LEASE_CHECK.format(run_id=_SQLITE.p("run_id", "uuid"))
+
+
+def _fetch_one(sql_pg: str, sql_sqlite: str, params: dict[str, Any]) -> tuple | None:
+    """One row of a read, on either database (UUID parameters as each stores them)."""
+    if connection.vendor == "postgresql":
+        return _pg_execute(sql_pg, params)
+    embedded = {k: _hex(v) if isinstance(v, UUID) else v for k, v in params.items()}
+    with connection.cursor() as cursor:
+        cursor.execute(sql_sqlite, embedded)
+        return cursor.fetchone()
+
+
+# --- SQLite -----------------------------------------------------------------------------------
 
 
 def _hex(value: UUID | None) -> str | None:
@@ -397,85 +482,19 @@ def _sqlite_time(value: datetime | None) -> str | None:
     return None if value is None else connection.ops.adapt_datetimefield_value(value)
 
 
-def _sqlite_commit(write: CommitWrite) -> int | None:
-    head, t = write.head, _sqlite_time
-    run_id, tenant_id = _hex(head.id), _hex(head.tenant_id)
+def _sqlite_commit(write: CommitWrite) -> Committed | None:
+    params = _commit_params(write, embedded=True)
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            _SQLITE_MOVE,
-            [
-                write.sequence,
-                _hex(write.checkpoint_id),
-                write.sha256,
-                write.state,
-                write.step,
-                write.status,
-                write.status_reason,
-                t(write.next_eligible_at),
-                _json(write.budget_used),
-                write.lease_release,
-                write.lease_owner,
-                write.lease_release,
-                write.lease_owner,
-                write.lease_seconds,
-                write.lease_owner,
-                write.lease_seconds,
-                t(write.now),
-                run_id,
-                tenant_id,
-                head.version,
-                head.status,
-                _json(head.budget_used),
-                _json(head.budget_limits),
-                write.lease_owner,
-                write.parent_sha256,
-                write.sequence,
-                head.state,
-                _hex(write.parent_id),
-                _hex(write.parent_id),
-                _hex(write.parent_id),
-            ],
-        )
-        if cursor.rowcount != 1:
+        cursor.execute(_SQLITE_MOVE, params)
+        moved = cursor.fetchone()
+        if moved is None:
             return None
-        cursor.execute(
-            _SQLITE_INSERT,
-            [
-                _hex(write.checkpoint_id),
-                tenant_id,
-                run_id,
-                write.sequence,
-                _hex(write.parent_id),
-                write.state,
-                write.step,
-                write.schema_version,
-                write.envelope_sealed,
-                write.key_id,
-                write.sha256,
-                write.parent_sha256,
-                write.actor,
-                write.is_evidence,
-                t(write.now),
-            ],
-        )
-        cursor.execute(
-            _SQLITE_QUEUE,
-            [
-                tenant_id,
-                run_id,
-                write.outbox_kind,
-                _json(write.outbox_payload),
-                t(write.now),
-                t(write.outbox_available_at),
-                write.outbox_claim_seconds,
-                write.outbox_claim_seconds,
-                t(write.outbox_sent_at),
-            ],
-        )
+        cursor.execute(_SQLITE_INSERT, params)
+        cursor.execute(_SQLITE_QUEUE, params)
         outbox_id = cursor.lastrowid
         if write.consumed_outbox_id is not None:
-            cursor.execute(_SQLITE_CONSUME, [t(write.now), write.consumed_outbox_id])
-    return outbox_id
+            cursor.execute(_SQLITE_CONSUME, params)
+    return Committed(outbox_id=outbox_id, lease_owner=moved[2], lease_expires_at=_aware(moved[3]))
 
 
 def _aware(value: Any) -> datetime | None:
@@ -489,21 +508,11 @@ def _uuid(value: Any) -> UUID | None:
     return None if value is None else value if isinstance(value, UUID) else UUID(str(value))
 
 
-_PG_LEASE_CHECK = (
-    f"SELECT version, status, lease_owner, paused FROM {RUN} WHERE id = %(run_id)s::uuid"
-)
-_SQLITE_LEASE_CHECK = f"SELECT version, status, lease_owner, paused FROM {RUN} WHERE id = %s"
-
-
 def run_lease_check(*, run_id: UUID) -> tuple[int, str, str, bool] | None:
     """The run's version, status, lease owner and whether an operator paused it (one
     statement): what a worker's lean step checks before it runs, to know the run is still
     its own and may go on."""
-    if connection.vendor == "postgresql":
-        return _pg_execute(_PG_LEASE_CHECK, {"run_id": _uuid(run_id)})
-    with connection.cursor() as cursor:
-        cursor.execute(_SQLITE_LEASE_CHECK, [_hex(_uuid(run_id))])
-        return cursor.fetchone()
+    return _fetch_one(_PG_LEASE_CHECK, _SQLITE_LEASE_CHECK, {"run_id": _uuid(run_id)})
 
 
 # --- the two operations -----------------------------------------------------------------------
@@ -513,12 +522,7 @@ def head_read(*, tenant_id: object, run_id: UUID | str) -> RunHead | None:
         run_uuid = _uuid(run_id)
     except ValueError:
         return None
-    if connection.vendor == "postgresql":
-        row = _pg_execute(_PG_HEAD, {"run_id": run_uuid, "tenant_id": _uuid(tenant_id)})
-    else:
-        with connection.cursor() as cursor:
-            cursor.execute(_SQLITE_HEAD, [_hex(run_uuid), _hex(_uuid(tenant_id))])
-            row = cursor.fetchone()
+    row = _fetch_one(_PG_HEAD, _SQLITE_HEAD, {"run_id": run_uuid, "tenant_id": _uuid(tenant_id)})
     if row is None:
         return None
     return RunHead(
@@ -565,15 +569,22 @@ def _head_problem(row: tuple) -> str | None:
     return f"the run's row says {' and '.join(differ)}; a row was altered after it was written"
 
 
-def commit_write(write: CommitWrite) -> int | None:
+def commit_write(write: CommitWrite) -> Committed | None:
     """Write the commit: the run's head moves, the checkpoint and the outbox message are
-    inserted, the consumed command is marked sent. Returns the outbox message's id, or None
-    when the run is no longer at ``write.head`` (then nothing was written).
+    inserted, the consumed command is marked sent. Returns what the statement wrote that
+    the writer cannot know beforehand (the outbox id, the lease as left on the database's
+    clock), or None when the run is no longer at ``write.head`` (then nothing was written).
 
-    One statement on PostgreSQL; one transaction of three or four statements on SQLite.
+    One statement on PostgreSQL; one transaction of three or four statements on SQLite,
+    both from one template (``_move`` and its siblings) and one parameter builder.
     Inside a caller's transaction it joins that transaction.
     """
     if connection.vendor != "postgresql":
         return _sqlite_commit(write)
-    outbox_id, inserted, _consumed, _notified = _pg_execute(_PG_COMMIT, _pg_params(write))
-    return outbox_id if inserted == 1 else None
+    row = _pg_execute(_PG_COMMIT, _commit_params(write, embedded=False))
+    outbox_id, inserted, lease_owner, lease_expires_at = row[:4]
+    if inserted != 1:
+        return None
+    return Committed(
+        outbox_id=outbox_id, lease_owner=lease_owner, lease_expires_at=lease_expires_at
+    )

@@ -18,7 +18,7 @@ from cairn.errors import ActionNotAllowed, CairnError, RunNotActive, UnknownStep
 from checkpoints.approvals_port import approvals_port
 from checkpoints.models import Checkpoint, Run, RunStatus
 from checkpoints.services.approval_chain import Passage, gate_not_passed, run_approval_passage
-from checkpoints.services.checkpoints import checkpoint_commit, latest_envelope
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit, latest_envelope
 from checkpoints.services.workflows import gated_states
 from runtime.services.actions import (
     exhausted_refusal,
@@ -220,15 +220,17 @@ def run_retry(
         result = checkpoint_commit(
             tenant=tenant,
             run_id=run.id,
-            expected_version=expected,
-            state=choice.state,
-            step=choice.step,
-            envelope={"control": control},
-            actor=actor,
-            status=RunStatus.RUNNING,
-            status_reason=said(f"step {choice.step} retried by {actor.name}", reason),
-            is_evidence=True,
-            operator_override=True,
+            request=CommitRequest(
+                expected_version=expected,
+                state=choice.state,
+                step=choice.step,
+                envelope={"control": control},
+                actor=actor,
+                status=RunStatus.RUNNING,
+                status_reason=said(f"step {choice.step} retried by {actor.name}", reason),
+                is_evidence=True,
+                operator_override=True,
+            ),
         )
         audit_record(
             tenant=tenant,

@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from checkpoints.models import Run
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from tenants.services import Actor
 from tests.console_data import story_run
 from tests.protocol_support import approved_evidence
@@ -24,26 +24,28 @@ def published(acme, bob, workflow) -> Run:  # noqa: ANN001
     checkpoint_commit(
         tenant=acme,
         run_id=run.pk,
-        expected_version=run.version,
-        state="publish",
-        step="review",
-        envelope={
-            # Leaving the approval state takes a granted approval (issue 15).
-            "evidence": approved_evidence(
-                run,
-                {
-                    "artifacts": [],
-                    "validators": [
-                        {
-                            "name": "approval",
-                            "passed": True,
-                            "detail": f"'publish' approved by carol for sha256 {LONG_SHA}",
-                        }
-                    ],
-                },
-            )
-        },
-        actor=Actor(user=bob),
+        request=CommitRequest(
+            expected_version=run.version,
+            state="publish",
+            step="review",
+            envelope={
+                # Leaving the approval state takes a granted approval (issue 15).
+                "evidence": approved_evidence(
+                    run,
+                    {
+                        "artifacts": [],
+                        "validators": [
+                            {
+                                "name": "approval",
+                                "passed": True,
+                                "detail": f"'publish' approved by carol for sha256 {LONG_SHA}",
+                            }
+                        ],
+                    },
+                )
+            },
+            actor=Actor(user=bob),
+        ),
     )
     run.refresh_from_db()
     return run
@@ -95,11 +97,13 @@ def test_the_snapshot_says_when_the_run_moved_on_after_the_page_loaded(
     checkpoint_commit(
         tenant=acme,
         run_id=run.pk,
-        expected_version=run.version,
-        state="publish",
-        step="review",
-        envelope={"evidence": approved_evidence(run)},  # a granted approval (issue 15)
-        actor=Actor(user=bob),
+        request=CommitRequest(
+            expected_version=run.version,
+            state="publish",
+            step="review",
+            envelope={"evidence": approved_evidence(run)},
+            actor=Actor(user=bob),
+        ),
     )
     # The next poll shows the new version and says the rest of the page is older.
     expect(page.locator('[data-field="version"]')).to_have_text(str(run.version + 1))

@@ -9,7 +9,7 @@ from approvals.models import ApprovalStatus
 from approvals.services import approval_expire_due
 from checkpoints.models import Checkpoint, Run
 from checkpoints.services.artifacts import artifact_store
-from checkpoints.services.checkpoints import checkpoint_commit
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from tenants.models import AuditEvent
 from tenants.services import Actor, audit_record
 from tests.approvals_support import ask, at_review, draft, expire_now, worker_run
@@ -164,19 +164,25 @@ def test_a_reviewer_opens_a_cited_source_from_the_review_page(
     checkpoint_commit(
         tenant=acme,
         run_id=run.pk,
-        expected_version=run.version,
-        state="review",
-        step="",
-        envelope={
-            "evidence": {
-                "artifacts": [
-                    {"id": str(artifact.id), "sha256": artifact.sha256, "name": "draft"},
-                    {"id": str(source.id), "sha256": source.sha256, "name": "source:trail-guide"},
-                ],
-                "validators": [],
-            }
-        },
-        actor=Actor.system("test driver"),
+        request=CommitRequest(
+            expected_version=run.version,
+            state="review",
+            step="",
+            envelope={
+                "evidence": {
+                    "artifacts": [
+                        {"id": str(artifact.id), "sha256": artifact.sha256, "name": "draft"},
+                        {
+                            "id": str(source.id),
+                            "sha256": source.sha256,
+                            "name": "source:trail-guide",
+                        },
+                    ],
+                    "validators": [],
+                }
+            },
+            actor=Actor.system("test driver"),
+        ),
     )
     request = ask(run, artifact, bob)
     login(page, carol)
