@@ -202,6 +202,11 @@ class Checkpoint(models.Model):
     actor = models.CharField(max_length=200, blank=True)
     # True when the checkpoint carries transition evidence retention must keep.
     is_evidence = models.BooleanField(default=False)
+    # The step attempt this checkpoint ends, for a worker's step or its failure (step
+    # history): number, step, worker, started_at, duration_ms, outcome, error_type and the
+    # traceback's artifact reference. Operational metadata the console lists without
+    # decrypting envelopes; no free text and no payload value (``StepAttempt``).
+    attempt = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = CheckpointQuerySet.as_manager()
@@ -230,6 +235,7 @@ class ArtifactKind(models.TextChoices):
     DRAFT = "draft"
     MODEL_CONTEXT = "model_context"
     TOOL_RESULT = "tool_result"
+    TRACEBACK = "traceback"  # a failed step attempt's traceback (step history)
     OTHER = "other"
 
 

@@ -123,12 +123,38 @@ def timeline(run: Run, before: str | None = None) -> tuple[list[Checkpoint], int
         rows = rows.filter(sequence__lt=cursor)
     page = list(
         rows.only(
-            "id", "sequence", "state", "step", "created_at", "actor", "sha256", "is_evidence"
+            "id",
+            "sequence",
+            "state",
+            "step",
+            "created_at",
+            "actor",
+            "sha256",
+            "is_evidence",
+            "attempt",
         ).order_by("-sequence")[: TIMELINE_LIMIT + 1]
     )
     more = len(page) > TIMELINE_LIMIT
+    _mark_lost_attempts(page)
     page = page[:TIMELINE_LIMIT]
     return page, (page[-1].sequence if more else None)
+
+
+def _mark_lost_attempts(page: list[Checkpoint]) -> None:
+    """Set ``lost_before`` on each checkpoint that ends a step attempt: how many attempts
+    were charged between the previous recorded attempt (older, on this page or the extra
+    row fetched past it) and this one without a checkpoint of their own (a worker that
+    stopped mid-step; each attempt is charged before its step runs)."""
+    older_number = None
+    for checkpoint in reversed(page):  # oldest first
+        attempt = checkpoint.attempt or {}
+        number = attempt.get("number")
+        checkpoint.lost_before = 0
+        if not isinstance(number, int):
+            continue
+        if older_number is not None:
+            checkpoint.lost_before = max(0, number - older_number - 1)
+        older_number = number
 
 
 def states_visited(run: Run) -> list[str]:

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from cairn.errors import ConcurrentCheckpointWrite, IntegrityFailure, LeaseHeld, RunNotActive
+from cairn.errors import (
+    ConcurrentCheckpointWrite,
+    IntegrityFailure,
+    LeaseHeld,
+    PayloadTooLarge,
+    RunNotActive,
+    StorageUnavailable,
+)
 from checkpoints.models import Artifact, ArtifactKind, Run
 from checkpoints.services.artifacts import artifact_content, artifact_store
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS, CommitRequest, checkpoint_commit
@@ -43,7 +50,7 @@ def evidence_normalize(evidence: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _put_by_name(items: list[dict[str, Any]], item: dict[str, Any]) -> None:
+def put_by_name(items: list[dict[str, Any]], item: dict[str, Any]) -> None:
     for index, existing in enumerate(items):
         if existing.get("name") == item["name"]:
             items[index] = item
@@ -80,7 +87,32 @@ class AccountingModel:
             )
         self._context._charge(tokens_used=completion.tokens, cost_used=completion.cost)
         self._context.model_calls += 1
+        self._context.model_call_log.append(
+            {
+                "model": str(completion.model)[:200],
+                "provider": str(self.provider)[:100],
+                "input_tokens": completion.prompt_tokens,
+                "output_tokens": completion.completion_tokens,
+                "cost": completion.cost,
+                "prompt": self._kept(f"{system}\n\n{prompt}" if system else prompt),
+                "response": self._kept(completion.text),
+            }
+        )
         return completion
+
+    def _kept(self, text: str) -> dict[str, str] | None:
+        """The text as an encrypted artifact (step history), or None when storage is down:
+        the call was made and charged either way, so its record must not fail the step."""
+        try:
+            artifact, _ = artifact_store(
+                tenant=self._context.tenant,
+                data=text.encode("utf-8"),
+                media_type="text/plain; charset=utf-8",
+                kind=ArtifactKind.MODEL_CONTEXT,
+            )
+        except (StorageUnavailable, PayloadTooLarge):
+            return None
+        return {"id": str(artifact.id), "sha256": artifact.sha256}
 
 
 class StepContext:
@@ -113,6 +145,7 @@ class StepContext:
         self.side_effects: list[dict[str, Any]] = copy.deepcopy(envelope.get("side_effects", []))
         self.used = dict(used)
         self.model_calls = 0
+        self.model_call_log: list[dict[str, Any]] = []  # step history: each call's record
         self.model = AccountingModel(model, self)
         self.log = log
 
@@ -191,7 +224,7 @@ class StepContext:
             tenant=self.tenant, data=data, media_type=media_type, kind=kind
         )
         ref = {"id": str(artifact.id), "sha256": artifact.sha256, "name": name, "kind": kind}
-        _put_by_name(self.evidence["artifacts"], ref)
+        put_by_name(self.evidence["artifacts"], ref)
         return dict(ref)
 
     def record_validator(self, name: str, *, passed: bool, detail: str = "") -> None:
@@ -199,7 +232,7 @@ class StepContext:
         item: dict[str, Any] = {"name": name, "passed": bool(passed), "step": self.step}
         if detail:
             item["detail"] = detail[:1000]
-        _put_by_name(self.evidence["validators"], item)
+        put_by_name(self.evidence["validators"], item)
 
     def heartbeat(self) -> None:
         """Renew the lease now (it is also renewed in the background). Raises LeaseLost."""

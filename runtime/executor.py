@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import traceback
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -46,12 +47,14 @@ from cairn.errors import (
 from cairn.faults import fault_point
 from checkpoints.crypto import MissingKeyError
 from checkpoints.envelope import json_problem
-from checkpoints.models import Checkpoint, Execution, OutboxMessage, Run, RunStatus
+from checkpoints.models import ArtifactKind, Checkpoint, Execution, OutboxMessage, Run, RunStatus
+from checkpoints.services.artifacts import artifact_store
 from checkpoints.services.budgets import budget_exhausted
 from checkpoints.services.checkpoints import (
     BUDGET_USED_KEYS,
     CommitRequest,
     CommitResult,
+    StepAttempt,
     WorkerLoop,
     checkpoint_commit,
 )
@@ -62,7 +65,7 @@ from telemetry import tracing
 from tenants.services import Actor
 
 from . import hooks
-from .context import StepContext, evidence_normalize
+from .context import StepContext, evidence_normalize, put_by_name
 from .definition import Next, StepSpec, Workflow
 from .errors import LeaseLost, PermanentStepError, RetryableStepError
 from .heartbeats import heartbeat_start
@@ -429,20 +432,27 @@ class _Advance:
             extra={"run": str(self.run.pk), "step": spec.name, "attempts": ctx.attempts_used},
         )
         failure: tuple[str, str, float | None] | None = None
+        failed_with: BaseException | None = None
         returned: Any = None
+        began = _AttemptClock(
+            number=ctx.attempts_used,
+            step=spec.name,
+            worker=keeper.owner,
+            model_calls=ctx.model_call_log,
+        )
         keeper.start_renewing()
         try:
             returned = spec.fn(ctx)
         except LeaseLost:
             raise
         except RetryableStepError as exc:
-            failure = ("retry", exc.reason, exc.delay_seconds)
+            failure, failed_with = ("retry", exc.reason, exc.delay_seconds), exc
         except PermanentStepError as exc:
-            failure = ("fail", exc.reason, None)
+            failure, failed_with = ("fail", exc.reason, None), exc
         except ModelError as exc:
-            failure = ("retry" if exc.retryable else "fail", str(exc), None)
+            failure, failed_with = ("retry" if exc.retryable else "fail", str(exc), None), exc
         except StorageUnavailable as exc:  # a full disk, an unreachable bucket: try later
-            failure = ("retry", exc.detail, None)
+            failure, failed_with = ("retry", exc.detail, None), exc
         except MissingKeyError as exc:
             # Retrying cannot help: no worker with these keys can read what the step needs.
             keeper.stop_renewing()
@@ -450,12 +460,18 @@ class _Advance:
             return self.pause(missing_key_reason(exc, f"data step {spec.name} reads"))
         except Exception as exc:  # an unexpected error may be transient: it costs an attempt
             log.exception("step raised", extra={"run": str(self.run.pk), "step": spec.name})
-            failure = ("retry", f"{type(exc).__name__}: {exc}", None)
+            failure, failed_with = ("retry", f"{type(exc).__name__}: {exc}", None), exc
         finally:
             keeper.stop_renewing()
         if failure is not None:
             return self.step_failed(
-                spec, restored, keeper.usage_now(), *failure, side_effects=ctx.side_effects
+                spec,
+                restored,
+                keeper.usage_now(),
+                *failure,
+                side_effects=ctx.side_effects,
+                attempt=began,
+                error=failed_with,
             )
         try:
             target, output = _interpret(spec, returned)
@@ -467,7 +483,9 @@ class _Advance:
         groups = self.groups(
             restored, evidence=evidence, used=keeper.usage_now(), side_effects=ctx.side_effects
         )
-        return self.commit(state=target, step=spec.name, groups=groups)
+        return self.commit(
+            state=target, step=spec.name, groups=groups, attempt=began.ended("committed")
+        )
 
     def step_failed(
         self,
@@ -479,9 +497,12 @@ class _Advance:
         delay: float | None,
         *,
         side_effects: list[dict[str, Any]],
+        attempt: _AttemptClock,
+        error: BaseException | None,
     ) -> str:
         """Commit the failed or retry-waiting checkpoint. Its evidence is the restored one
-        (a failed step's outputs are not accepted), but its side effects are every one the
+        (a failed step's outputs are not accepted) plus the attempt's traceback (an
+        encrypted artifact, ``traceback:<step>``), but its side effects are every one the
         step's context knows, as the operations table has them now: an effect the step
         started (its pending checkpoint is already committed) stays in the history."""
         side_effects = operations_envelope_entries(run_id=self.run.pk, entries=side_effects)
@@ -495,10 +516,24 @@ class _Advance:
             )
         elif kind == "fail":
             reason = f"{spec.name} failed: {reason}"
+        evidence = evidence_normalize(restored.envelope.get("evidence"))
+        traceback_ref = _traceback_store(self.run, spec.name, error, evidence)
+        record = attempt.ended(
+            "failed" if kind == "fail" else "retry",
+            error_type=type(error).__name__ if error is not None else "",
+            traceback=traceback_ref,
+        )
         if kind == "fail":
-            groups = self.groups(restored, used=used, reason=reason, side_effects=side_effects)
+            groups = self.groups(
+                restored, used=used, reason=reason, side_effects=side_effects, evidence=evidence
+            )
             return self.commit(
-                state=self.run.state, step="", groups=groups, status=RunStatus.FAILED, reason=reason
+                state=self.run.state,
+                step="",
+                groups=groups,
+                status=RunStatus.FAILED,
+                reason=reason,
+                attempt=record,
             )
         delay = settings.CAIRN_RETRY_DELAY_SECONDS if delay is None else max(0.0, float(delay))
         eligible = clock.now() + timedelta(seconds=delay)  # due on the database's clock
@@ -509,6 +544,7 @@ class _Advance:
             reason=reason,
             next_eligible_at=eligible,
             side_effects=side_effects,
+            evidence=evidence,
         )
         return self.commit(
             state=self.run.state,
@@ -517,6 +553,7 @@ class _Advance:
             status=RunStatus.WAITING_RETRY,
             reason=reason,
             next_eligible_at=eligible,
+            attempt=record,
         )
 
     def approval(self, restored: Restored, spec) -> str:  # noqa: ANN001
@@ -612,6 +649,7 @@ class _Advance:
         reason: str = "",
         next_eligible_at=None,  # noqa: ANN001
         is_evidence: bool = False,
+        attempt: StepAttempt | None = None,
     ) -> str:
         """Commit the run's next checkpoint. A plain step's result is not ``is_evidence``:
         retention may compact it once the run is over (the effect and approval checkpoints
@@ -634,6 +672,7 @@ class _Advance:
                     next_eligible_at=next_eligible_at,
                     code_version=self.code.code_version if self.code else "",
                     is_evidence=is_evidence,
+                    attempt=attempt,
                     worker=WorkerLoop(
                         consumed_outbox_id=self.keeper.taken_outbox_id,
                         charge_next_attempt=charge_next,
@@ -781,3 +820,62 @@ def _interpret(spec: StepSpec, returned: Any) -> tuple[str, dict[str, Any]]:
     if problem:
         raise PermanentStepError(f"step {spec.name} returned output that is not JSON: {problem}")
     return target, output
+
+
+class _AttemptClock:
+    """When an attempt started, on the wall clock for the record and the monotonic clock
+    for its duration."""
+
+    def __init__(
+        self, *, number: int, step: str, worker: str, model_calls: list[dict[str, Any]]
+    ) -> None:
+        self.number, self.step, self.worker = number, step, worker
+        self.model_calls = model_calls  # the step context's, filled as the step calls
+        self.started_at = clock.now()
+        self._began = time.monotonic()
+
+    def ended(
+        self, outcome: str, *, error_type: str = "", traceback: dict[str, str] | None = None
+    ) -> StepAttempt:
+        return StepAttempt(
+            number=self.number,
+            step=self.step,
+            worker=self.worker,
+            started_at=self.started_at,
+            duration_ms=round((time.monotonic() - self._began) * 1000),
+            outcome=outcome,
+            error_type=error_type,
+            traceback=traceback,
+            model_calls=tuple(self.model_calls),
+        )
+
+
+# A traceback is kept whole up to this size (its innermost frames: the end); beyond, cut.
+TRACEBACK_LIMIT = 64 * 1024
+
+
+def _traceback_store(
+    run: Run, step: str, error: BaseException | None, evidence: dict[str, Any]
+) -> dict[str, str] | None:
+    """Store the failed attempt's traceback as an encrypted artifact and name it in
+    ``evidence`` as ``traceback:<step>`` (the latest failure of each step; retention keeps
+    what a checkpoint names). A storage failure costs the traceback, never the failure's
+    checkpoint."""
+    if error is None:
+        return None
+    text = "".join(traceback.format_exception(error))[-TRACEBACK_LIMIT:]
+    try:
+        artifact, _ = artifact_store(
+            tenant=run.tenant,
+            data=text.encode("utf-8"),
+            media_type="text/plain; charset=utf-8",
+            kind=ArtifactKind.TRACEBACK,
+        )
+    except StorageUnavailable:
+        log.warning("traceback not stored", extra={"run": str(run.pk), "step": step})
+        return None
+    ref = {"id": str(artifact.id), "sha256": artifact.sha256}
+    put_by_name(
+        evidence["artifacts"], {**ref, "name": f"traceback:{step}", "kind": ArtifactKind.TRACEBACK}
+    )
+    return ref

@@ -54,7 +54,7 @@ from checkpoints.services import changes, commit_sql, outbox
 from checkpoints.services.commit_rules import commit_approval_consume, commit_rules_check
 from checkpoints.services.commit_sql import RunHead
 from checkpoints.services.reads import FIELD, TABLE, checkpoint_envelope, run_get
-from checkpoints.services.references import references_record
+from checkpoints.services.references import artifact_ids_of, references_record
 from checkpoints.services.workflows import transition_allowed
 from telemetry.latency import commit_latency_record
 from telemetry.tracing import commit_traced
@@ -299,6 +299,40 @@ class WorkerLoop:
 
 
 @dataclass(frozen=True)
+class StepAttempt:
+    """One attempt of a step, as the checkpoint that ends it records it (step history,
+    ``Checkpoint.attempt``). ``outcome``: ``committed`` (the step's result was accepted),
+    ``retry`` or ``failed``. A failed attempt names its exception's type (no message: the
+    message is free text, screened into the checkpoint's reason) and its traceback, stored
+    as an encrypted artifact that the checkpoint's evidence names."""
+
+    number: int
+    step: str
+    worker: str
+    started_at: datetime
+    duration_ms: int
+    outcome: str
+    error_type: str = ""
+    traceback: dict[str, str] | None = None  # {"id", "sha256"} of the artifact
+    # Each model call: model, provider, input/output tokens, cost, and its prompt and
+    # response as encrypted artifacts ({"id", "sha256"}).
+    model_calls: tuple[dict[str, Any], ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "step": self.step[:100],
+            "worker": self.worker[:200],
+            "started_at": self.started_at.isoformat(),
+            "duration_ms": self.duration_ms,
+            "outcome": self.outcome,
+            "error_type": self.error_type[:200],
+            "traceback": self.traceback,
+            "model_calls": list(self.model_calls),
+        }
+
+
+@dataclass(frozen=True)
 class CommitRequest:
     """One writer's commit of the run's next checkpoint, as ``checkpoint_commit`` takes it.
 
@@ -307,7 +341,8 @@ class CommitRequest:
     ``operator_override`` is only for recorded operator actions (``run_retry``, which writes
     its audit event in the same transaction): the move may go to any state of the workflow,
     also backwards, and a failed run may be reopened. Everything else is checked as usual,
-    the approval invariant included (``commit_rules``). ``worker``: see ``WorkerLoop``.
+    the approval invariant included (``commit_rules``). ``worker``: see ``WorkerLoop``;
+    ``attempt``: see ``StepAttempt``.
     """
 
     expected_version: int
@@ -324,6 +359,7 @@ class CommitRequest:
     is_evidence: bool = False
     operator_override: bool = False
     worker: WorkerLoop | None = None
+    attempt: StepAttempt | None = None
 
 
 @dataclass(frozen=True)
@@ -654,6 +690,7 @@ def _commit_plan(
         outbox_claim_seconds=claim_seconds,
         outbox_sent_at=sent_at,
         consumed_outbox_id=worker.consumed_outbox_id if worker else None,
+        attempt=request.attempt.as_json() if request.attempt else None,
         now=now,
     )
     return CommitPlan(
@@ -712,7 +749,7 @@ def _commit_execute(plan: CommitPlan) -> commit_sql.Committed | None:
     """The write; with evidence artifacts also the reference index, in one transaction.
     Returns what the statement wrote, or None when the run left the head (nothing written)."""
     write = plan.write
-    if not plan.envelope["evidence"].get("artifacts"):
+    if not artifact_ids_of(plan.envelope, write.attempt):
         return commit_sql.commit_write(write)
     with transaction.atomic():
         committed = commit_sql.commit_write(write)
@@ -721,6 +758,7 @@ def _commit_execute(plan: CommitPlan) -> commit_sql.Committed | None:
             references_record(
                 checkpoint=Checkpoint(id=write.checkpoint_id, tenant_id=write.head.tenant_id),
                 envelope=plan.envelope,
+                attempt=write.attempt,
             )
     return committed
 

@@ -169,6 +169,7 @@ class CommitWrite:
     outbox_claim_seconds: int | None
     outbox_sent_at: datetime | None
     consumed_outbox_id: int | None  # the caller's previous in-loop command, now done
+    attempt: dict[str, Any] | None  # the step attempt this checkpoint ends (step history)
     now: datetime
 
 
@@ -302,7 +303,7 @@ def _move(d: _Dialect) -> str:
 
 _CHECKPOINT_COLUMNS = (
     "id, tenant_id, run_id, sequence, parent_id, state, step, schema_version, "
-    "envelope_sealed, key_id, sha256, parent_sha256, actor, is_evidence, created_at"
+    "envelope_sealed, key_id, sha256, parent_sha256, actor, is_evidence, attempt, created_at"
 )
 _OUTBOX_COLUMNS = (
     "tenant_id, run_id, kind, payload, created_at, available_at, claimed_until, sent_at, attempts"
@@ -315,7 +316,7 @@ def _checkpoint_values(d: _Dialect) -> str:
         ("sequence", "bigint"), ("parent_id", "uuid"), ("state", "text"), ("step", "text"),
         ("schema_version", "integer"), ("envelope_sealed", "text"), ("key_id", "text"),
         ("sha256", "text"), ("parent_sha256", "text"), ("actor", "text"),
-        ("is_evidence", "boolean"), ("now", "timestamptz"),
+        ("is_evidence", "boolean"), ("attempt", "jsonb"), ("now", "timestamptz"),
     )  # fmt: skip
     return ", ".join(d.p(name, kind) for name, kind in kinds)
 
@@ -444,6 +445,7 @@ def _commit_params(write: CommitWrite, *, embedded: bool) -> dict[str, Any]:
         "outbox_claim_seconds": write.outbox_claim_seconds,
         "outbox_sent_at": time_(write.outbox_sent_at),
         "consumed_outbox_id": write.consumed_outbox_id,
+        "attempt": None if write.attempt is None else _json(write.attempt),
         "now": time_(write.now),
     }
 

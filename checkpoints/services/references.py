@@ -18,8 +18,14 @@ from cairn.errors import ArtifactHashMismatch
 from checkpoints.models import Artifact, ArtifactReference, Checkpoint
 
 
-def artifact_ids_of(envelope: dict[str, Any]) -> list[str]:
-    refs = (envelope.get("evidence") or {}).get("artifacts") or []
+def artifact_ids_of(envelope: dict[str, Any], attempt: dict[str, Any] | None = None) -> list[str]:
+    """The artifacts a checkpoint names: its envelope's evidence, and the step attempt it
+    records (its traceback, its model calls' prompts and responses)."""
+    refs = list((envelope.get("evidence") or {}).get("artifacts") or [])
+    if attempt:
+        refs.append(attempt.get("traceback") or {})
+        for call in attempt.get("model_calls") or []:
+            refs += [call.get("prompt") or {}, call.get("response") or {}]
     return sorted({str(ref["id"]) for ref in refs if ref.get("id")})
 
 
@@ -35,10 +41,12 @@ def _lock_artifacts(ids: list[str]) -> set[str]:
         return {str(row[0]) for row in cursor.fetchall()}
 
 
-def references_record(*, checkpoint: Checkpoint, envelope: dict[str, Any]) -> int:
-    """Index the artifacts this checkpoint's envelope names. Call inside the commit
-    transaction. Raises ArtifactHashMismatch when one of them no longer exists."""
-    ids = artifact_ids_of(envelope)
+def references_record(
+    *, checkpoint: Checkpoint, envelope: dict[str, Any], attempt: dict[str, Any] | None = None
+) -> int:
+    """Index the artifacts this checkpoint names (``artifact_ids_of``). Call inside the
+    commit transaction. Raises ArtifactHashMismatch when one of them no longer exists."""
+    ids = artifact_ids_of(envelope, attempt)
     if not ids:
         return 0
     present = _lock_artifacts(ids)

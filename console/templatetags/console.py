@@ -10,6 +10,7 @@ from django import template
 from django.http import HttpRequest
 from django.urls import get_script_prefix, reverse
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.safestring import SafeString, mark_safe
 
 from approvals.services.standing import quorum_progress, reviewers_label
@@ -57,6 +58,23 @@ def stamp(value: datetime | None) -> SafeString | str:
     return mark_safe(
         f'<time datetime="{moment.isoformat()}">{moment.strftime("%Y-%m-%d %H:%M:%S")}</time>'
     )
+
+
+@register.filter
+def stamp_ms(value: datetime | None) -> SafeString | str:
+    """``stamp`` to the millisecond: step history measures steps in milliseconds."""
+    if value is None:
+        return "—"
+    moment = timezone.localtime(value)
+    shown = moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
+    return mark_safe(f'<time datetime="{moment.isoformat()}">{shown}</time>')
+
+
+@register.filter
+def stamp_iso(value: str | None) -> SafeString | str:
+    """``stamp_ms`` of an ISO 8601 string (a time kept in JSON), or — when it is none."""
+    parsed = parse_datetime(value) if isinstance(value, str) else None
+    return stamp_ms(parsed) if parsed is not None else "—"
 
 
 _SENTINEL = uuid.UUID(int=0)
