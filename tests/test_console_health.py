@@ -114,3 +114,26 @@ def test_the_health_query_count_does_not_grow_with_runs(alice, bob, acme, workfl
         Run.objects.filter(pk=run.pk).update(restore_count=10)
         WorkerHeartbeat.objects.create(worker_id=f"w{index}", last_seen_at=timezone.now())
     assert count() == few
+
+
+def test_the_health_page_refreshes_its_cards_and_costs_a_304_while_nothing_changed(
+    alice,
+    bob,
+    acme,
+    workflow,  # noqa: ANN001
+):
+    page = health(alice)
+    assert 'id="health-live"' in page and 'hx-trigger="every' in page
+    client = Client()
+    client.force_login(alice)
+    url = reverse("console:health") + "?restored_more_than=0"
+    first = client.get(url, HTTP_HX_REQUEST="true")
+    fragment = first.content.decode()
+    # The cards alone (no layout), the page's filter carried into the next poll.
+    assert fragment.lstrip().startswith('<div id="health-live"') and "<html" not in fragment
+    assert "restored_more_than=0" in fragment
+    again = client.get(url, HTTP_HX_REQUEST="true", HTTP_IF_NONE_MATCH=first["ETag"])
+    assert (again.status_code, again.content) == (304, b"")
+    story_run(acme, bob)
+    moved = client.get(url, HTTP_HX_REQUEST="true", HTTP_IF_NONE_MATCH=first["ETag"])
+    assert moved.status_code == 200 and moved["ETag"] != first["ETag"]

@@ -84,10 +84,9 @@ def test_the_snapshot_says_when_the_run_moved_on_since_the_page_loaded(bob, stor
     )
     fragment = response.content.decode()
     assert "data-snapshot-moved" in fragment
-    assert f"moved on to version {moved.version} since this page loaded" in fragment
-    assert f"still those of version {loaded}" in fragment
-    # The next poll still compares with the version the page was loaded at.
-    assert f"?seen={loaded}" in fragment
+    assert f"moved on from version {loaded} to {moved.version}" in fragment
+    # The cards come with it, so the next poll compares with the version now shown.
+    assert f"?seen={moved.version}" in fragment
 
 
 def test_the_snapshot_says_nothing_while_the_run_is_at_the_loaded_version(bob, story):

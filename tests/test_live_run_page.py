@@ -125,19 +125,41 @@ def test_the_snapshot_answers_304_while_nothing_changed(console, acme, bob):
     assert moved.status_code == 200 and moved["ETag"] != first["ETag"]
 
 
-def test_once_the_run_moved_the_poll_withdraws_the_pages_actions(console, acme, bob):
+def test_once_the_run_moved_the_poll_brings_every_card_up_to_date(console, acme, bob):
     run = worker_run(acme, bob)
     loaded = run.version
     assert "cancel" in offered(console, run)
     failed = advance(run, bob, "draft_answer", status="failed")
     fragment = console.get(f"/runs/{run.pk}/snapshot/?seen={loaded}").content.decode()
-    assert 'id="run-actions"' in fragment and 'hx-swap-oob="true"' in fragment
-    assert "data-actions-withdrawn" in fragment
-    assert 'data-action="cancel"' not in fragment
-    assert f"moved on to version {failed.version} (failed)" in fragment
-    # Not moved: the panel is left alone (an open form in it survives the poll).
+    # The actions the run allows now (Cancel gone from a failed run), out of band…
+    assert (
+        'id="run-actions" class="card" aria-labelledby="run-actions-title" hx-swap-oob="true"'
+        in fragment
+    )
+    assert 'data-action="cancel"' not in fragment and 'data-action="resume"' in fragment
+    assert f'data-field="action-version">{failed.version}<' in fragment
+    # …and every card below: the state machine, the timeline with the new checkpoint, the
+    # approvals and the audit trail.
+    assert '<div id="run-live" hx-swap-oob="true">' in fragment
+    assert f'data-sequence="{failed.checkpoint_sequence}"' in fragment
+    for card in ('id="machine-title"', 'id="timeline"', 'id="run-approvals"', 'id="audit"'):
+        assert card in fragment, card
+    assert f"moved on from version {loaded} to {failed.version}" in fragment
+    # The next poll compares with the version the page now shows.
+    assert f"seen={failed.version}" in fragment and f"seen={loaded}" not in fragment
+    # Not moved: the panels are left alone (an open form in them survives the poll).
     still = console.get(f"/runs/{run.pk}/snapshot/?seen={failed.version}").content.decode()
-    assert 'id="run-actions"' not in still
+    assert 'id="run-actions"' not in still and 'id="run-live"' not in still
+
+
+def test_the_poll_keeps_the_pages_of_checkpoints_the_page_shows(console, acme, bob):
+    run = worker_run(acme, bob)
+    loaded = run.version
+    advance(run, bob, "draft_answer")
+    url = f"/runs/{run.pk}/snapshot/?seen={loaded}&checkpoints_before=2"
+    fragment = console.get(url).content.decode()
+    assert 'data-sequence="1"' in fragment and 'data-sequence="2"' not in fragment
+    assert "checkpoints_before=2" in fragment  # the next poll asks for the same page
 
 
 def test_the_runs_lists_polled_rows_and_counts_answer_304_while_nothing_changed(console, acme, bob):

@@ -8,6 +8,7 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from checkpoints.models import ACTIVE_STATUSES, Checkpoint, Run, RunStatus
+from console.conditional import conditional
 from console.run_reads import optional_selector
 from console.selectors import stalled_operations, status_and_paused_counts
 from runtime.heartbeats import workers_liveness, workers_tally
@@ -73,5 +74,9 @@ def health(request: HttpRequest) -> HttpResponse:
         "worker_dead_seconds": settings.CAIRN_WORKER_DEAD_SECONDS,
         "clock_skew_limit": settings.CAIRN_CLOCK_SKEW_LIMIT_SECONDS,
         "now": now,
+        "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
     }
+    if request.htmx:
+        # The page's poll: its cards alone, a 304 while nothing changed.
+        return conditional(request, render(request, "console/health.html#cards", context))
     return render(request, "console/health.html", context)

@@ -26,15 +26,15 @@ VIEWER_MAX_BYTES = 256 * 1024
 TEXT_MEDIA = ("text/", "application/json", "application/xml", "application/x-ndjson")
 
 
-def _snapshot_context(run, seen_version: int | None = None) -> dict:  # noqa: ANN001
-    # The poll carries the version the page was rendered at: when the run has moved on, the
-    # snapshot says so, since the timeline, evidence and action forms below are still that
-    # older version's (an action would be refused as stale).
+def _snapshot_context(run) -> dict:  # noqa: ANN001
+    # The poll carries the version the page shows (``seen``): once the run has moved past
+    # it, the poll brings every card up to date and carries the new version from then on.
     return {
         "run": run,
         "budgets": run_reads.budget_bars(run),
         "refresh_seconds": settings.CAIRN_CONSOLE_REFRESH_SECONDS,
-        "seen_version": run.version if seen_version is None else seen_version,
+        "seen_version": run.version,
+        "moved_from": None,
         # A finished run does not move again: its page stops polling.
         "polling": run.status not in FINISHED,
     }
@@ -44,6 +44,13 @@ def _snapshot_context(run, seen_version: int | None = None) -> dict:  # noqa: AN
 def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
     access = request.console
     run = run_reads.run_for_page(tenant=access.tenant, run_id=run_id)
+    return render(request, "console/run_detail.html", _page_context(request, run))
+
+
+def _page_context(request: HttpRequest, run) -> dict:  # noqa: ANN001
+    """Everything the run page shows of ``run``, for the page and for the poll that sees
+    the run move (the pages of checkpoints and audit events the request's query names)."""
+    access = request.console
     definition = run.workflow.definition
     envelope, envelope_error = None, ""
     if run.checkpoint_sequence:
@@ -95,7 +102,7 @@ def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
         "can_hold": access.can(roles.ADMIN),
         "trace_url": trace_url(settings.CAIRN_TRACE_URL_TEMPLATE, run.trace_context),
     }
-    return render(request, "console/run_detail.html", context)
+    return context
 
 
 def _steps(definition: dict) -> list[str]:
@@ -110,14 +117,18 @@ def run_snapshot(request: HttpRequest, run_id: UUID) -> HttpResponse:
     run = run_reads.run_for_page(tenant=request.console.tenant, run_id=run_id)
     seen = request.GET.get("seen", "")
     seen_version = int(seen) if seen.isascii() and seen.isdigit() and len(seen) < 19 else None
-    context = _snapshot_context(run, seen_version)
+    if seen_version is None or seen_version == run.version:
+        # Nothing moved: the snapshot alone, and the cards below (an open form among them)
+        # are left as they are. A poll that finds nothing new costs a 304 without a body.
+        body = render_to_string("console/run_detail.html#snapshot", _snapshot_context(run), request)
+        return conditional(request, HttpResponse(body))
+    # The run moved on: every card, out of band, as the page would show it now.
+    context = {**_page_context(request, run), "moved_from": seen_version}
     body = render_to_string("console/run_detail.html#snapshot", context, request)
-    if context["seen_version"] != run.version:
-        # The run moved on: the actions panel (out of band) withdraws the page's actions.
+    for card in ("actions", "live"):
         body += render_to_string(
-            "console/run_detail.html#actions", {**context, "oob": True}, request
+            f"console/run_detail.html#{card}", {**context, "oob": True}, request
         )
-    # A poll that finds nothing new costs a 304 without a body (console.conditional).
     return conditional(request, HttpResponse(body))
 
 

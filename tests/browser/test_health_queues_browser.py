@@ -51,3 +51,20 @@ def test_an_operator_sees_queues_live_and_dead_workers_and_retries(
     expect(page).to_have_url(f"{live_server.url}/runs/{retrying.pk}/")
     screenshot(page, "health-queues")
     assert queued.pk != retrying.pk
+
+
+def test_the_health_page_refreshes_while_it_is_open_and_keeps_a_typed_threshold(
+    live_server, page, login, bob, acme, settings
+):
+    settings.CAIRN_DISPATCH_ON_COMMIT = False
+    settings.CAIRN_CONSOLE_REFRESH_SECONDS = 1
+    assert workflow_ensure_registered("research", "1")
+    login(page, bob)
+    page.goto(f"{live_server.url}/health/")
+    running = page.locator('#health-status td[data-status="running"]')
+    expect(running).to_have_text("0")
+    page.locator("#restored-threshold").fill("7")
+    start(acme, "research", question="arrives while the page is open")
+    # The next poll brings the new count, and leaves the field as typed.
+    expect(running).to_have_text("1")
+    expect(page.locator("#restored-threshold")).to_have_value("7")

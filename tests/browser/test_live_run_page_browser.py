@@ -29,7 +29,7 @@ def cost(requests: list, seconds: float) -> tuple[float, float, list[int]]:
     return len(requests) * 60 / seconds, wire * 60 / seconds, statuses
 
 
-def test_an_idle_page_costs_304s_and_a_moved_run_withdraws_its_actions(
+def test_an_idle_page_costs_304s_and_a_moved_run_updates_every_card(
     live_server, page, login, acme, bob, settings
 ):
     settings.CAIRN_CONSOLE_REFRESH_SECONDS = 1
@@ -58,14 +58,16 @@ def test_an_idle_page_costs_304s_and_a_moved_run_withdraws_its_actions(
         assert request.sizes()["responseBodySize"] == 0
     expect(page.locator('[data-field="status"]')).to_have_text("Running")
 
-    advance(run, bob, "draft_answer", status="failed")
-    # The next poll shows the failure and takes Cancel (and every action) off the page.
+    failed = advance(run, bob, "draft_answer", status="failed")
+    # The next poll shows the failure and brings every card up to date, without a reload:
+    # Cancel is gone, Resume is offered, the timeline has the failed checkpoint.
     expect(page.locator('[data-field="status"]')).to_have_text("Failed")
-    expect(actions.locator("[data-actions-withdrawn]")).to_contain_text("moved on to version")
-    expect(actions.locator("[data-action]")).to_have_count(0)
-    actions.get_by_role("link", name="Reload the run").click()
     expect(actions.locator('[data-action="resume"]')).to_be_visible()
     expect(actions.locator('[data-action="cancel"]')).to_have_count(0)
+    expect(
+        page.locator(f'#timeline tr[data-sequence="{failed.checkpoint_sequence}"]')
+    ).to_be_visible()
+    expect(page.locator("[data-snapshot-moved]")).to_contain_text("moved on from version")
 
 
 def test_a_finished_runs_page_stops_polling(live_server, page, login, acme, bob, settings):
