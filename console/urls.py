@@ -26,6 +26,11 @@ urlpatterns = [
         name="operation_outcome",
     ),
     path(
+        "runs/<uuid:run_id>/operations/<uuid:operation_id>/",
+        run_detail.operation_view,
+        name="operation_view",
+    ),
+    path(
         "runs/<uuid:run_id>/artifacts/<uuid:artifact_id>/",
         run_detail.artifact_view,
         name="artifact_view",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from uuid import UUID
 
 from django.conf import settings
@@ -11,13 +12,15 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 
 from approvals.services.evidence import run_evidence_export
-from cairn.errors import CairnError
+from cairn.errors import CairnError, NotFound
+from checkpoints.crypto import MissingKeyError
 from checkpoints.services.artifacts import artifact_read
 from checkpoints.services.integrity import run_head_problem
 from console import run_reads
 from console.conditional import conditional
 from console.machine import machine_drawing
 from runtime.services.actions import FINISHED
+from runtime.services.operations import operation_read
 from telemetry.tracing import trace_url
 from tenants import roles
 from tenants.access import console_view
@@ -163,6 +166,35 @@ def artifact_view(request: HttpRequest, run_id: UUID, artifact_id: UUID) -> Http
     }
     template = "console/artifact.html#viewer" if request.htmx else "console/artifact.html"
     return render(request, template, context)
+
+
+@console_view(roles.OPERATE)
+def operation_view(request: HttpRequest, run_id: UUID, operation_id: UUID) -> HttpResponse:
+    """One side effect of the run: what was sent and what the provider answered (the
+    demo's publication, say), decrypted and escaped; the read is audited."""
+    access = request.console
+    run = run_reads.run_for_page(tenant=access.tenant, run_id=run_id)
+    read, error = None, ""
+    try:
+        read = operation_read(
+            tenant=access.tenant, run_id=run.pk, operation_id=operation_id, actor=access.actor
+        )
+    except NotFound as exc:
+        raise Http404(exc.detail)
+    except MissingKeyError as exc:
+        error = (
+            f"This operation is sealed under encryption key '{exc.key_id}', which this "
+            "server does not have: add it to CAIRN_ENCRYPTION_KEYS (or the key file)."
+        )
+    context = {"run": run, "read": read, "error": error}
+    if read is not None:
+        context["request_json"] = _pretty(read.request)
+        context["result_json"] = _pretty(read.result)
+    return render(request, "console/operation.html", context)
+
+
+def _pretty(value: object) -> str | None:
+    return None if value is None else json.dumps(value, indent=2, sort_keys=True)
 
 
 @console_view(roles.OPERATE)

@@ -16,6 +16,7 @@ import hashlib
 import json
 import re
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -98,6 +99,45 @@ def operation_request(operation: ExternalOperation) -> Any:
     if not operation.request_sealed:
         return None
     return json.loads(crypto.unseal(operation.request_sealed, **_scope(operation, REQUEST_FIELD)))
+
+
+@dataclass(frozen=True)
+class OperationRead:
+    """One operation with what it sent and what the provider answered (decrypted)."""
+
+    operation: ExternalOperation
+    request: Any
+    result: Any
+
+
+def operation_read(
+    *, tenant: Tenant, run_id: UUID | str, operation_id: UUID | str, actor: Actor
+) -> OperationRead:
+    """The run's operation with its request and the provider's result, decrypted for a
+    person (the read is audited as ``operation.read`` under the run). Raises NotFound for
+    anything but an operation of this tenant's run ``run_id``; crypto.MissingKeyError when
+    its key is not configured."""
+    try:
+        ids = {"run_id": UUID(str(run_id)), "pk": UUID(str(operation_id))}
+    except ValueError:
+        raise NotFound("No such operation on this run.")
+    operation = ExternalOperation.objects.filter(tenant=tenant, **ids).first()
+    if operation is None:
+        raise NotFound("No such operation on this run.")
+    read = OperationRead(
+        operation=operation,
+        request=operation_request(operation),
+        result=operation_result(operation),
+    )
+    audit_record(
+        tenant=tenant,
+        actor=actor,
+        action="operation.read",
+        run_id=operation.run_id,
+        target=operation.idempotency_key,
+        details={"status": operation.status},
+    )
+    return read
 
 
 def _check_text(values: dict[str, str]) -> None:
