@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from types import SimpleNamespace
 
 import pytest
 
@@ -19,7 +20,6 @@ from approvals.port import restore_approval_outcome
 from approvals.services import approval_decide, approval_gate
 from approvals.services.evidence import run_evidence_export
 from cairn.errors import (
-    AlreadyDecided,
     ApprovalHashMismatch,
     ApprovalStale,
     InvalidRequest,
@@ -28,7 +28,6 @@ from cairn.errors import (
     SecretInEnvelope,
     SelfApprovalForbidden,
 )
-from checkpoints.approvals_port import ApprovalState
 from checkpoints.models import Artifact, ArtifactUpload, OutboxMessage
 from checkpoints.services.artifacts import artifact_content
 from checkpoints.services.workflows import workflow_register
@@ -126,8 +125,8 @@ def test_an_edit_restarts_the_quorum_on_the_edited_hash(pending, rita, sam):  # 
     # The old request takes no more decisions; the new one needs a second reviewer.
     with pytest.raises(ApprovalStale):
         decide(old, sam)
-    with pytest.raises(AlreadyDecided):
-        decide(new, rita)
+    with pytest.raises(SelfApprovalForbidden, match="You uploaded the artifact under review"):
+        decide(new, rita)  # her approval of her edit is in; she wrote those bytes
     decide(new, sam)
     new.refresh_from_db()
     assert new.status == ApprovalStatus.APPROVED
@@ -169,7 +168,7 @@ def test_the_gate_hands_the_run_the_edited_artifact(acme, bob, carol):  # noqa: 
             ]
         }
     }
-    spec = ApprovalState(state="review", next="publish", rejected="rejected", artifact="draft")
+    spec = SimpleNamespace(state="review", action="publish", artifact="draft")
     outcome = restore_approval_outcome(run=run, spec=spec, envelope=envelope)
     assert outcome.decision == "approved"
     assert outcome.evidence["artifacts"] == [
