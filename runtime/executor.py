@@ -537,8 +537,7 @@ class _Advance:
         # steps after the approval state read (and ship) the edited bytes.
         for ref in outcome.evidence.get("artifacts", []):
             evidence["artifacts"] = [
-                a if a.get("name") != ref.get("name") else dict(ref)
-                for a in evidence["artifacts"]
+                a if a.get("name") != ref.get("name") else dict(ref) for a in evidence["artifacts"]
             ]
         groups = self.groups(restored, evidence=evidence, used=restored.used)
         groups["control"].update(outcome.evidence.get("control", {}))

@@ -164,7 +164,12 @@ def test_the_gate_hands_the_run_the_edited_artifact(acme, bob, carol):  # noqa: 
     envelope = {
         "evidence": {
             "artifacts": [
-                {"id": str(artifact.pk), "sha256": artifact.sha256, "name": "draft", "kind": "draft"}
+                {
+                    "id": str(artifact.pk),
+                    "sha256": artifact.sha256,
+                    "name": "draft",
+                    "kind": "draft",
+                }
             ]
         }
     }
@@ -172,7 +177,12 @@ def test_the_gate_hands_the_run_the_edited_artifact(acme, bob, carol):  # noqa: 
     outcome = restore_approval_outcome(run=run, spec=spec, envelope=envelope)
     assert outcome.decision == "approved"
     assert outcome.evidence["artifacts"] == [
-        {"id": str(new.artifact_id), "sha256": new.artifact_sha256, "name": "draft", "kind": "draft"}
+        {
+            "id": str(new.artifact_id),
+            "sha256": new.artifact_sha256,
+            "name": "draft",
+            "kind": "draft",
+        }
     ]
 
 
@@ -307,7 +317,11 @@ def test_the_api_refuses_bad_edits(api_as, pending, rita, text, status, code):  
 
 
 def test_the_api_refuses_an_edit_of_another_tenants_request(api_as, pending, charlie, globex):  # noqa: ANN001
-    body = {"decision": "approve", "artifact_sha256": pending.artifact_sha256, "edited_text": EDITED}
+    body = {
+        "decision": "approve",
+        "artifact_sha256": pending.artifact_sha256,
+        "edited_text": EDITED,
+    }
     answer = api_as(charlie, globex).post(
         f"/api/v1/approvals/{pending.pk}/decision", body, format="json"
     )
@@ -343,7 +357,9 @@ def test_the_evidence_shows_both_hashes_and_the_diff_and_verifies(
     assert entry["edited_from"]["artifact_sha256"] == pending.artifact_sha256
     assert entry["edited_from"]["edited_by"] == "rita"
     assert "+- above the tree line" not in entry["edited_from"]["diff"]
-    assert "+Hikers build cairns to mark a route above the tree line." in entry["edited_from"]["diff"]
+    assert (
+        "+Hikers build cairns to mark a route above the tree line." in entry["edited_from"]["diff"]
+    )
     data = bytearray(bundle.data)
     data[len(data) // 2] ^= 0x01
     assert verify(bytes(data), key) != []
