@@ -4,6 +4,8 @@
 step records each execution in ``<gate_dir>/<step>.runs``, spends model tokens, and when
 ``<gate_dir>/<step>.hold`` exists it writes ``<step>.entered`` and blocks until the hold
 file is removed. A test can so kill a worker exactly in the middle of a chosen step.
+``research_quorum`` is the demo with a quorum of two reviewers of the group 'legal' at its
+approval state.
 """
 
 from __future__ import annotations
@@ -57,6 +59,29 @@ for _state in research.states:
         research_gated.terminal(_state)
 
 GATED_STEPS = [s for s in research.states if s in research.steps][:4]
+
+# The demo research workflow whose approval the reviewer group 'legal' decides, two of them
+# (tests/browser/test_approve_with_edits_browser.py).
+research_quorum = Workflow("research_quorum", version="1")
+for _state in research.states:
+    if _state in research.steps:
+        _spec = research.steps[_state]
+        research_quorum.add_step(
+            _state, _spec.fn, next=_spec.next, name=_spec.name, effect_action=_spec.effect_action
+        )
+    elif _state in research.approvals:
+        _approval = research.approvals[_state]
+        research_quorum.approval(
+            _state,
+            next=_approval.next,
+            rejected=_approval.rejected,
+            artifact=_approval.artifact,
+            action=_approval.action,
+            reviewers={"group": "legal"},
+            quorum=2,
+        )
+    else:
+        research_quorum.terminal(_state)
 
 # Six steps that do nothing: what a step costs the runtime itself (tests/test_fast_path.py).
 noop_six = Workflow("noop_six", version="1")

@@ -364,3 +364,52 @@ def test_the_evidence_shows_both_hashes_and_the_diff_and_verifies(
     data[len(data) // 2] ^= 0x01
     assert verify(bytes(data), key) != []
     assert RUNNER  # the runner that shipped it
+
+
+# --- the review page ---------------------------------------------------------------------------
+def _console(user):  # noqa: ANN001, ANN202
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _post_edit(client, request: ApprovalRequest, text: str):  # noqa: ANN001, ANN202
+    return client.post(
+        f"/approvals/{request.pk}/decision",
+        {
+            "decision": "approve",
+            "artifact_sha256": request.artifact_sha256,
+            "line_endings": "lf",
+            # As a browser sends a textarea: CRLF line ends.
+            "edited_text": text.replace("\n", "\r\n"),
+            "comment": "",
+        },
+    )
+
+
+def test_the_review_page_offers_the_text_and_shows_the_restarted_quorum(pending, rita):  # noqa: ANN001
+    client = _console(rita)
+    page = client.get(f"/approvals/{pending.pk}/").content.decode()
+    assert 'id="approve-with-edits"' in page and 'name="edited_text"' in page
+    assert "Hikers build cairns to mark a route." in page
+
+    answer = _post_edit(client, pending, EDITED)
+    new = ApprovalRequest.objects.get(edited_from_sha256=pending.artifact_sha256)
+    assert answer.status_code == 302 and answer["Location"] == f"/approvals/{new.pk}/"
+    assert artifact_content(new.artifact) == EDITED.encode()  # LF, as the draft had
+    page = client.get(answer["Location"]).content.decode()
+    assert 'data-approved="1" data-required="2"' in page
+    assert "1 of 2; rita approved at" in page
+    assert pending.artifact_sha256 in page and new.artifact_sha256 in page  # both hashes
+    assert "+Hikers build cairns to mark a route above the tree line." in page  # the diff
+    assert "your approval of the edit is recorded" in page
+    assert 'id="approve-with-edits"' not in page  # she decided: no form
+
+
+def test_the_review_page_refuses_an_edit_that_changes_nothing(pending, rita):  # noqa: ANN001
+    answer = _post_edit(_console(rita), pending, DRAFT)
+    assert answer.status_code == 400
+    assert "The edit changes nothing" in answer.content.decode()
+    _unchanged(pending)
