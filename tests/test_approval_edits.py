@@ -8,7 +8,6 @@ externally driven run is told which artifact to ship."""
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from types import SimpleNamespace
 
@@ -30,14 +29,19 @@ from cairn.errors import (
 )
 from checkpoints.models import Artifact, ArtifactUpload, OutboxMessage
 from checkpoints.services.artifacts import artifact_content
-from checkpoints.services.workflows import workflow_register
-from runtime.services.runs import run_create
 from tenants.models import AuditEvent
-from tenants.reviewer_groups import reviewer_group_create, reviewer_group_member_add
 from tenants.services import Actor, member_set_role
-from tests.approvals_support import DRAFT, ask, at_review, decide, draft, worker_run
+from tests.approvals_support import (
+    DRAFT,
+    ask,
+    at_review,
+    decide,
+    draft,
+    legal_quorum_request,
+    worker_run,
+)
 from tests.evidence_support import RUNNER, _commit
-from tests.factories import SIMPLE_DEFINITION, UserFactory
+from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -64,20 +68,7 @@ def sam(acme):  # noqa: ANN001
 @pytest.fixture
 def pending(acme, alice, bob, rita, sam):  # noqa: ANN001
     """A quorum-2 request for the group 'legal' (rita, sam) on an externally driven run."""
-    admin = Actor(user=alice)
-    reviewer_group_create(tenant=acme, name="legal", actor=admin)
-    for user in (rita, sam):
-        reviewer_group_member_add(tenant=acme, name="legal", username=user.username, actor=admin)
-    definition = copy.deepcopy(SIMPLE_DEFINITION)
-    definition["approvals"] = {
-        "review": {"action": "publish", "reviewers": {"group": "legal"}, "quorum": 2}
-    }
-    workflow_register(tenant=acme, workflow_type="legal", version="1", definition=definition)
-    run = run_create(
-        tenant=acme, workflow_type="legal", inputs={}, execution="external", actor=Actor(user=bob)
-    )
-    artifact = draft(acme)
-    return ask(at_review(run, artifact), artifact, bob)
+    return legal_quorum_request(acme, alice, bob, [rita, sam])
 
 
 def edit(request: ApprovalRequest, user, text: str = EDITED, **kwargs) -> ApprovalDecision:  # noqa: ANN001

@@ -9,9 +9,6 @@ and fails after a one-byte change."""
 from __future__ import annotations
 
 import hashlib
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -24,12 +21,12 @@ from checkpoints.services.artifacts import artifact_content
 from runtime.services.runs import run_create
 from tenants.reviewer_groups import reviewer_group_create, reviewer_group_member_add
 from tenants.services import Actor, member_set_role
+from tests.evidence_support import verify_offline
 from tests.factories import UserFactory
-from tests.smtp_support import PUBLIC_URL
+from tests.smtp_support import PUBLIC_URL, smtp_worker_env
 from tests.worker_fixtures import wait_for
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _reviewer(tenant, name: str):  # noqa: ANN001, ANN202
@@ -49,16 +46,6 @@ def _link(smtp, address: str, request: ApprovalRequest) -> str:  # noqa: ANN001
         timeout=120,
     )
     return path
-
-
-def _verify(bundle: Path, key: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "approvals.evidence_verify", str(bundle), "--public-key", str(key)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def test_a_reviewer_edits_the_draft_the_quorum_restarts_and_the_edit_is_published_once(
@@ -83,14 +70,7 @@ def test_a_reviewer_edits_the_draft_the_quorum_restarts_and_the_edit_is_publishe
         reviewer_group_member_add(
             tenant=acme, name="legal", username=user.username, actor=Actor(user=alice)
         )
-    worker_factory(
-        "w1",
-        env={
-            "CAIRN_EMAIL_HOST": "127.0.0.1",
-            "CAIRN_EMAIL_PORT": str(smtp_server.port),
-            "CAIRN_PUBLIC_URL": PUBLIC_URL,
-        },
-    )
+    worker_factory("w1", env=smtp_worker_env(smtp_server))
     run = run_create(
         tenant=acme,
         workflow_type="research_quorum",
@@ -167,12 +147,12 @@ def test_a_reviewer_edits_the_draft_the_quorum_restarts_and_the_edit_is_publishe
     download.value.save_as(bundle)
     key = tmp_path / "evidence-key.pem"
     key.write_text(evidence_signing_key().public_pem)
-    good = _verify(bundle, key)
+    good = verify_offline(bundle, key)
     assert good.returncode == 0, good.stdout + good.stderr
     assert f"VERIFIED: run {run.pk}" in good.stdout
     assert edited_sha in bundle.read_text() and first.artifact_sha256 in bundle.read_text()
     data = bytearray(bundle.read_bytes())
     data[len(data) // 3] ^= 0x04
     bundle.write_bytes(bytes(data))
-    bad = _verify(bundle, key)
+    bad = verify_offline(bundle, key)
     assert bad.returncode == 1 and "NOT VERIFIED" in bad.stdout
