@@ -404,3 +404,26 @@ def test_the_review_page_refuses_an_edit_that_changes_nothing(pending, rita):  #
     assert answer.status_code == 400
     assert "The edit changes nothing" in answer.content.decode()
     _unchanged(pending)
+
+
+def test_an_external_run_must_ship_the_edited_artifact(pending, rita, sam):  # noqa: ANN001
+    from cairn.errors import ApprovalHashMismatch as Mismatch
+
+    new = edit(pending, rita).request
+    decide(new, sam)
+    run = pending.run
+    original, edited = pending.artifact, Artifact.objects.get(pk=new.artifact_id)
+
+    def leave(artifact: Artifact) -> None:
+        evidence = {
+            "artifacts": [{"id": str(artifact.id), "sha256": artifact.sha256, "name": "draft"}],
+            "validators": [],
+        }
+        _commit(run, "publish", {"evidence": evidence})
+
+    with pytest.raises(Mismatch, match="no longer names"):
+        leave(original)  # the draft the reviewers did not approve
+    leave(edited)
+    run.refresh_from_db()
+    new.refresh_from_db()
+    assert (run.state, new.status) == ("publish", ApprovalStatus.CONSUMED)
