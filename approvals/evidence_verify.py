@@ -24,6 +24,9 @@ What is checked, in order:
 4. each checkpoint that entered a state past an approval state left that approval state under
    a used approval of the state's action, bound to the checkpoint it left, for an artifact
    that checkpoint names;
+   An approval bound to a reviewer's edit (``edited_from``: approve with edits) is an edit of
+   an artifact the run's approvals reviewed (or its bound checkpoint names) into another one,
+   and, where the bundle holds both artifacts' bytes, its ``diff`` is theirs;
 5. each effect performed (an operation ``pending``, ``confirmed`` or ``unknown``) at a state
    past an approval state is covered: the approval its run passed under allows the effect's
    action, was decided before the effect, and approved the artifact that shipped (the one the
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import difflib
 import hashlib
 import json
 import sys
@@ -158,6 +162,50 @@ def chain_problems(payload: dict[str, Any]) -> list[str]:
         problems.append(f"the run's head is not checkpoint {head} of the chain")
     if any(s > head for s in links):
         problems.append(f"the bundle holds checkpoints past the run's head {head}")
+    return problems
+
+
+def edit_diff(old: bytes, new: bytes, *, old_sha256: str, new_sha256: str) -> str:
+    """The unified diff of a reviewer's edit of ``old`` into ``new`` (UTF-8 text), labelled
+    with the two hashes: what the bundle holds as an edit's ``diff``."""
+    lines = difflib.unified_diff(
+        old.decode("utf-8", errors="replace").splitlines(keepends=True),
+        new.decode("utf-8", errors="replace").splitlines(keepends=True),
+        fromfile=f"shown {old_sha256}",
+        tofile=f"edited {new_sha256}",
+    )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+def edit_problems(payload: dict[str, Any]) -> list[str]:
+    """Each approval bound to a reviewer's edit names an edit of an artifact the run's
+    approvals reviewed, or its bound checkpoint names, into another; its diff is the two
+    artifacts' where the bundle holds their bytes."""
+    problems: list[str] = []
+    reviewed = {a["artifact_sha256"] for a in payload["approvals"]}
+    links = {c["sequence"]: c for c in payload["checkpoints"]}
+    content = {
+        a["sha256"]: a["content_base64"] for a in payload["artifacts"] if "content_base64" in a
+    }
+    for approval in payload["approvals"]:
+        edit = approval.get("edited_from")
+        if edit is None:
+            continue
+        name = f"approval {approval['id']}"
+        origin, edited = edit["artifact_sha256"], approval["artifact_sha256"]
+        bound = links.get(approval["checkpoint_sequence"], {}).get("artifacts", {})
+        if origin == edited:
+            problems.append(f"{name} is an edit that changed nothing")
+        if origin not in bound and origin not in reviewed - {edited}:
+            problems.append(f"{name} is an edit of {origin[:12]}, which nothing reviewed")
+        if origin in content and edited in content:
+            old, new = base64.b64decode(content[origin]), base64.b64decode(content[edited])
+            if hashlib.sha256(old).hexdigest() != origin or (
+                hashlib.sha256(new).hexdigest() != edited
+            ):
+                problems.append(f"{name}: the bytes of its artifacts do not hash to them")
+            elif edit_diff(old, new, old_sha256=origin, new_sha256=edited) != edit["diff"]:
+                problems.append(f"{name}: its diff is not the diff of its two artifacts")
     return problems
 
 
@@ -299,6 +347,7 @@ def verify(data: bytes, key) -> list[str]:  # noqa: ANN001
         return [
             *chain_problems(payload),
             *approval_problems(payload),
+            *edit_problems(payload),
             *passage,
             *effect_problems(payload, entries),
             *(f"Cairn reported: {p}" for p in payload["server_check"]["problems"]),

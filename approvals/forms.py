@@ -19,6 +19,21 @@ class DecisionForm(forms.Form):
         "reason.",
     )
 
+    # Approve with edits: the reviewer's edit of the text shown (a second form on the page
+    # posts it). Not stripped: the bytes are stored as typed. A browser sends a textarea's
+    # line ends as CRLF; ``line_endings`` says what the artifact used, so they are put back.
+    edited_text = forms.CharField(required=False, strip=False, widget=forms.Textarea)
+    line_endings = forms.ChoiceField(choices=[("lf", "LF"), ("crlf", "CRLF")], required=False)
+
+    def edited(self, posted: bool) -> str | None:
+        """The edited text as the artifact would hold it, or None without an edit."""
+        if not posted:
+            return None
+        text = self.cleaned_data.get("edited_text") or ""
+        if self.cleaned_data.get("line_endings") != "crlf":
+            text = text.replace("\r\n", "\n")
+        return text
+
     def clean(self) -> dict:
         data = super().clean()
         if data.get("decision") == "reject" and not (data.get("comment") or "").strip():

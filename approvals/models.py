@@ -77,6 +77,21 @@ class ApprovalRequest(models.Model):
     previous = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Approve with edits: a reviewer edited the artifact of the request this one replaced
+    # (``previous``); ``artifact`` holds the edited bytes, derived from ``edited_from`` (the
+    # artifact the reviewer was shown) and uploaded by ``edited_by``, whose approval is this
+    # request's first. Renewing or escalating the request keeps them.
+    edited_from = models.ForeignKey(
+        Artifact, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    edited_from_sha256 = models.CharField(max_length=64, blank=True)
+    edited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

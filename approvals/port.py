@@ -86,7 +86,19 @@ def restore_approval_outcome(
             "passed": True,
             "detail": f"'{action}' approved by {approvers} for sha256 {request.artifact_sha256}",
         }
-        return ApprovalOutcome("approved", evidence={"control": control, "validators": [validator]})
+        evidence: dict[str, Any] = {"control": control, "validators": [validator]}
+        if request.artifact_sha256 != ref["sha256"]:
+            # Approved with edits: the run continues with the reviewer's edit, under the name
+            # (and kind) of the artifact it replaces, so the next step reads the edited bytes.
+            edited = {
+                "id": str(request.artifact_id),
+                "sha256": request.artifact_sha256,
+                "name": ref.get("name") or spec.artifact or "draft",
+            }
+            if ref.get("kind"):
+                edited["kind"] = ref["kind"]
+            evidence["artifacts"] = [edited]
+        return ApprovalOutcome("approved", evidence=evidence)
     if verdict.outcome == "rejected":
         validator = {"name": "approval", "passed": False, "detail": verdict.reason[:500]}
         return ApprovalOutcome(

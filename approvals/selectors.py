@@ -79,7 +79,7 @@ def request_get(
         rows = review_scope(user=user, tenant=tenant).apply(rows)
     try:
         return (
-            rows.select_related("run", "artifact", "requester", "checkpoint")
+            rows.select_related("run", "artifact", "requester", "checkpoint", "edited_by")
             .prefetch_related("decisions__approver")
             .get(pk=request_id)
         )

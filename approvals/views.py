@@ -118,6 +118,11 @@ def _why_not(row: ApprovalRequest, user: object, expired: bool) -> str:
     not_theirs = reviewer_refusal(request=row, user=user)
     if not_theirs:
         return f"{not_theirs}."
+    if row.edited_by_id == user.pk and any(d.approver_id == user.pk for d in row.decisions.all()):
+        return (
+            "You edited this artifact and your approval of the edit is recorded; another "
+            "reviewer decides the edited text now."
+        )
     involved = four_eyes_refusal(request=row, user=user)
     if involved:
         return f"{involved}."
@@ -142,7 +147,12 @@ def _content_context(request: HttpRequest, row: ApprovalRequest) -> dict[str, ob
         "previous": None,
         "diff": None,
     }
-    context["sources"] = _sources_listed(row, decode_text(data) or "")
+    text = decode_text(data)
+    context["sources"] = _sources_listed(row, text or "")
+    # Approve with edits: a text artifact is offered in a textarea, as it is.
+    if text is not None and "\x00" not in text and rendered_kind(context) != "binary":
+        context["editable_text"] = text
+        context["line_endings"] = "crlf" if "\r\n" in text else "lf"
     previous = previous_request(row)
     if previous is None:
         return context
@@ -164,10 +174,16 @@ def _content_context(request: HttpRequest, row: ApprovalRequest) -> dict[str, ob
     context["diff"] = diff_lines(
         old_text,
         new_text,
-        old_label=f"previous {previous.artifact_sha256[:12]}",
-        new_label=f"under review {shown_sha[:12]}",
+        old_label=f"{'shown' if row.edited_from_sha256 else 'previous'} "
+        f"{previous.artifact_sha256[:12]}",
+        new_label=f"{'edited' if row.edited_from_sha256 else 'under review'} {shown_sha[:12]}",
     )
     return context
+
+
+def rendered_kind(context: dict[str, object]) -> str:
+    rendered = context.get("rendered")
+    return getattr(rendered, "kind", "binary")
 
 
 # A draft lists its sources as "[1] name (sha256 0123456789ab)" (the demo's draft_answer).
@@ -224,7 +240,11 @@ def _status_context(row: ApprovalRequest, user: object) -> dict[str, object]:
 
 
 def _review_context(
-    request: HttpRequest, row: ApprovalRequest, comment: str = "", comment_error: str = ""
+    request: HttpRequest,
+    row: ApprovalRequest,
+    comment: str = "",
+    comment_error: str = "",
+    edited_text: str | None = None,
 ) -> dict[str, object]:
     context: dict[str, object] = {
         **_status_context(row, request.user),
@@ -240,6 +260,9 @@ def _review_context(
     context["form"] = DecisionForm(initial={"artifact_sha256": sha, "comment": comment})
     if comment_error:
         mark_comment_invalid(context["form"], comment_error)
+    if edited_text is not None and "editable_text" in context:
+        context["editable_text"] = edited_text  # a refused edit is offered again, as typed
+        context["edit_open"] = True
     return context
 
 
@@ -306,6 +329,7 @@ def decide(request: HttpRequest, approval_id: object) -> HttpResponse:
         if not comment_errors or len(form.errors) > 1:
             context["refusal"] = "The decision form is incomplete; nothing was decided."
         return render(request, "approvals/review.html", context, status=400)
+    edited_text = form.edited("edited_text" in request.POST)
     try:
         decision = approval_decide(
             tenant=request.console.tenant,
@@ -313,6 +337,7 @@ def decide(request: HttpRequest, approval_id: object) -> HttpResponse:
             decision=form.cleaned_data["decision"],
             artifact_sha256=form.cleaned_data["artifact_sha256"],
             comment=form.cleaned_data["comment"],
+            edited_text=edited_text,
             actor=request.console.actor,
         )
     except NotFound:
@@ -325,10 +350,24 @@ def decide(request: HttpRequest, approval_id: object) -> HttpResponse:
             row,
             form.cleaned_data["comment"],
             comment_error=refusal.detail if at_comment else "",
+            edited_text=edited_text,
         )
         context["refusal"] = "" if at_comment else refusal.detail
         context["refusal_code"] = refusal.code
         return render(request, "approvals/review.html", context, status=refusal.status)
+    if edited_text is not None:
+        new = _get(request, decision.request_id)
+        progress = quorum_progress(new)
+        if new.status == ApprovalStatus.APPROVED:
+            said = "Approved with your edit. The run continues with exactly the edited artifact."
+        else:
+            said = (
+                f"Your edit is a new artifact ({new.artifact_sha256[:12]}) and your approval of "
+                f"it is recorded: {progress.approved} of {progress.required}. The quorum starts "
+                "again on the edited text."
+            )
+        messages.success(request, said)
+        return redirect("approvals:review", approval_id=new.pk)
     if decision.decision == "approve":
         row = _get(request, approval_id)
         if row.status == ApprovalStatus.APPROVED:

@@ -75,8 +75,9 @@ class ConsumedApproval:
 class ApprovalOutcome:
     """``wait`` keeps the run in ``waiting_approval``; ``approved`` moves it to the approval
     spec's ``next`` state, ``rejected`` to its ``rejected`` state (or fails it). ``evidence``
-    is merged into the committed checkpoint: ``validators`` (list) and ``control`` (dict,
-    e.g. ``approval_request_id``)."""
+    is merged into the committed checkpoint: ``validators`` (list), ``control`` (dict,
+    e.g. ``approval_request_id``) and ``artifacts`` (list of references, each replacing the
+    evidence artifact of its name: a reviewer's edit of the artifact under review)."""
 
     decision: str  # "wait" | "approved" | "rejected"
     reason: str = ""

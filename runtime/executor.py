@@ -576,6 +576,12 @@ class _Advance:
             evidence["validators"] = [
                 v for v in evidence["validators"] if v.get("name") != item.get("name")
             ] + [item]
+        # Approved with edits: the reviewer's edit replaces the artifact of its name, so the
+        # steps after the approval state read (and ship) the edited bytes.
+        for ref in outcome.evidence.get("artifacts", []):
+            evidence["artifacts"] = [
+                a if a.get("name") != ref.get("name") else dict(ref) for a in evidence["artifacts"]
+            ]
         groups = self.groups(restored, evidence=evidence, used=restored.used)
         groups["control"].update(outcome.evidence.get("control", {}))
         # The move past an approval state records the decision it used: transition

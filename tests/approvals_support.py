@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import timedelta
 
 from django.utils import timezone
@@ -15,6 +16,7 @@ from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
 from checkpoints.services.workflows import workflow_register
 from runtime.services.runs import run_create
 from tenants.models import Tenant
+from tenants.reviewer_groups import reviewer_group_create, reviewer_group_member_add
 from tenants.services import Actor
 from tests.factories import SIMPLE_DEFINITION
 from tests.protocol_support import approved_evidence, leaves_approval
@@ -148,3 +150,27 @@ def deliver_all() -> dict[str, int]:
                 done["planned"] += notifications_plan(**message.payload)
             else:
                 done[notification_deliver(**message.payload)] += 1
+
+
+def legal_quorum_request(tenant: Tenant, admin, starter, members) -> ApprovalRequest:  # noqa: ANN001
+    """A quorum-2 request for the reviewer group 'legal' (``members``, created by ``admin``)
+    on an externally driven run ``starter`` started, who also asked for the approval."""
+    reviewer_group_create(tenant=tenant, name="legal", actor=Actor(user=admin))
+    for user in members:
+        reviewer_group_member_add(
+            tenant=tenant, name="legal", username=user.username, actor=Actor(user=admin)
+        )
+    definition = copy.deepcopy(SIMPLE_DEFINITION)
+    definition["approvals"] = {
+        "review": {"action": "publish", "reviewers": {"group": "legal"}, "quorum": 2}
+    }
+    workflow_register(tenant=tenant, workflow_type="legal", version="1", definition=definition)
+    run = run_create(
+        tenant=tenant,
+        workflow_type="legal",
+        inputs={},
+        execution="external",
+        actor=Actor(user=starter),
+    )
+    artifact = draft(tenant)
+    return ask(at_review(run, artifact), artifact, starter)

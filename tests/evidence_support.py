@@ -3,6 +3,10 @@ two, rejected; each driven through the services as a runner would."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 from approvals.services.evidence import run_evidence_export
 from checkpoints.models import Run
 from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
@@ -123,3 +127,15 @@ def rejected_run(tenant: Tenant, requester, reviewer) -> Run:  # noqa: ANN001
 
 def bundle_of(run: Run, user) -> bytes:  # noqa: ANN001
     return run_evidence_export(tenant=run.tenant, run_id=run.id, actor=Actor(user=user)).data
+
+
+def verify_offline(bundle: Path, key: Path) -> subprocess.CompletedProcess:
+    """``python -m approvals.evidence_verify bundle --public-key key``, as a third party
+    runs it: a separate process."""
+    return subprocess.run(
+        [sys.executable, "-m", "approvals.evidence_verify", str(bundle), "--public-key", str(key)],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

@@ -4,6 +4,8 @@
 step records each execution in ``<gate_dir>/<step>.runs``, spends model tokens, and when
 ``<gate_dir>/<step>.hold`` exists it writes ``<step>.entered`` and blocks until the hold
 file is removed. A test can so kill a worker exactly in the middle of a chosen step.
+``research_quorum`` is the demo with a quorum of two reviewers of the group 'legal' at its
+approval state.
 """
 
 from __future__ import annotations
@@ -33,30 +35,42 @@ def _gated(fn, name: str):  # noqa: ANN001, ANN202
     return step
 
 
-research_gated = Workflow("research_gated", version="1")
-for _state in research.states:
-    if _state in research.steps:
-        _spec = research.steps[_state]
-        research_gated.add_step(
-            _state,
-            _gated(_spec.fn, _spec.name),
-            next=_spec.next,
-            name=_spec.name,
-            effect_action=_spec.effect_action,
-        )
-    elif _state in research.approvals:
-        _approval = research.approvals[_state]
-        research_gated.approval(
-            _state,
-            next=_approval.next,
-            rejected=_approval.rejected,
-            artifact=_approval.artifact,
-            action=_approval.action,
-        )
-    else:
-        research_gated.terminal(_state)
+def _research_copy(name: str, *, step=None, **approval) -> Workflow:  # noqa: ANN001
+    """The demo research workflow under another name: each step's function passed through
+    ``step(fn, name)`` when given, the approval state declared with ``approval`` added."""
+    copy = Workflow(name, version="1")
+    for state in research.states:
+        if state in research.steps:
+            spec = research.steps[state]
+            copy.add_step(
+                state,
+                step(spec.fn, spec.name) if step else spec.fn,
+                next=spec.next,
+                name=spec.name,
+                effect_action=spec.effect_action,
+            )
+        elif state in research.approvals:
+            gate = research.approvals[state]
+            copy.approval(
+                state,
+                next=gate.next,
+                rejected=gate.rejected,
+                artifact=gate.artifact,
+                action=gate.action,
+                **approval,
+            )
+        else:
+            copy.terminal(state)
+    return copy
+
+
+research_gated = _research_copy("research_gated", step=_gated)
 
 GATED_STEPS = [s for s in research.states if s in research.steps][:4]
+
+# The demo research workflow whose approval the reviewer group 'legal' decides, two of them
+# (tests/browser/test_approve_with_edits_browser.py).
+research_quorum = _research_copy("research_quorum", reviewers={"group": "legal"}, quorum=2)
 
 # Six steps that do nothing: what a step costs the runtime itself (tests/test_fast_path.py).
 noop_six = Workflow("noop_six", version="1")

@@ -37,6 +37,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def smtp_worker_env(inbox: Inbox) -> dict[str, str]:
+    """The environment of a worker subprocess that sends its email to ``inbox``."""
+    return {
+        "CAIRN_EMAIL_HOST": "127.0.0.1",
+        "CAIRN_EMAIL_PORT": str(inbox.port),
+        "CAIRN_PUBLIC_URL": PUBLIC_URL,
+    }
+
+
 @pytest.fixture
 def smtp_server() -> Iterator[Inbox]:
     """A real SMTP server on loopback; its port is ``inbox.port``."""

@@ -6,7 +6,6 @@ goes through the outbox: at least once, never twice for one request and recipien
 
 from __future__ import annotations
 
-import copy
 import json
 from datetime import timedelta
 
@@ -22,13 +21,18 @@ from approvals.services.preferences import (
 )
 from cairn.errors import InvalidRequest
 from checkpoints.models import OutboxMessage
-from checkpoints.services.workflows import workflow_register
-from runtime.services.runs import run_create
 from tenants.models import AuditEvent
-from tenants.reviewer_groups import reviewer_group_create, reviewer_group_member_add
 from tenants.services import Actor, member_set_role
-from tests.approvals_support import ask, at_review, decide, deliver_all, draft, worker_run
-from tests.factories import SIMPLE_DEFINITION, UserFactory
+from tests.approvals_support import (
+    ask,
+    at_review,
+    decide,
+    deliver_all,
+    draft,
+    legal_quorum_request,
+    worker_run,
+)
+from tests.factories import UserFactory
 from tests.smtp_support import PUBLIC_URL, free_port
 
 pytestmark = pytest.mark.django_db
@@ -55,20 +59,7 @@ def pending(acme, alice, bob, carol, rita, sam):  # noqa: ANN001
     """A quorum-2 request for the group 'legal' (rita, sam); carol is a reviewer outside it."""
     carol.email = "carol@example.org"
     carol.save()
-    admin = Actor(user=alice)
-    reviewer_group_create(tenant=acme, name="legal", actor=admin)
-    for user in (rita, sam):
-        reviewer_group_member_add(tenant=acme, name="legal", username=user.username, actor=admin)
-    definition = copy.deepcopy(SIMPLE_DEFINITION)
-    definition["approvals"] = {
-        "review": {"action": "publish", "reviewers": {"group": "legal"}, "quorum": 2}
-    }
-    workflow_register(tenant=acme, workflow_type="legal", version="1", definition=definition)
-    run = run_create(
-        tenant=acme, workflow_type="legal", inputs={}, execution="external", actor=Actor(user=bob)
-    )
-    artifact = draft(acme)
-    return ask(at_review(run, artifact), artifact, bob)
+    return legal_quorum_request(acme, alice, bob, [rita, sam])
 
 
 # --- email ---------------------------------------------------------------------------------

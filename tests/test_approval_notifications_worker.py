@@ -9,7 +9,7 @@ import pytest
 
 from approvals.models import ApprovalNotification, ApprovalRequest
 from tests.approvals_support import start_demo
-from tests.smtp_support import PUBLIC_URL
+from tests.smtp_support import PUBLIC_URL, smtp_worker_env
 from tests.worker_fixtures import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
@@ -20,14 +20,7 @@ def test_a_worker_raised_request_is_emailed_to_its_reviewer_once(
 ):  # noqa: ANN001
     carol.email = "carol@example.org"
     carol.save()
-    worker_factory(
-        "w1",
-        env={
-            "CAIRN_EMAIL_HOST": "127.0.0.1",
-            "CAIRN_EMAIL_PORT": str(smtp_server.port),
-            "CAIRN_PUBLIC_URL": PUBLIC_URL,
-        },
-    )
+    worker_factory("w1", env=smtp_worker_env(smtp_server))
     run = start_demo(acme, bob)
     request = wait_for(
         lambda: ApprovalRequest.objects.filter(run=run).first(),

@@ -115,6 +115,7 @@ NOT_FREE_TEXT = {
     "langgraph_store.LangGraphWrite.value_sealed": "sealed",
     "approvals.ApprovalRequest.checkpoint_sha256": "a hash",
     "approvals.ApprovalRequest.artifact_sha256": "a hash",
+    "approvals.ApprovalRequest.edited_from_sha256": "a hash",
     "approvals.ApprovalRequest.requester_label": "a username or a worker's id",
     "approvals.ApprovalRequest.status_reason": "composed by Cairn (a rejection's scanned comment)",
     "approvals.ApprovalDecision.artifact_sha256": "a hash",

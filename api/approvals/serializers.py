@@ -27,6 +27,16 @@ class DecisionInSerializer(StrictSerializer):
     # Any string: a wrong hash is answered with 409 artifact_hash_mismatch, not 400.
     artifact_sha256 = serializers.CharField(max_length=200)
     comment = serializers.CharField(max_length=4000, required=False, default="", allow_blank=True)
+    edited_text = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="Approve with edits (decision 'approve' only): your edit of the text artifact "
+        "you were shown (artifact_sha256), exactly as it is to be stored. It becomes a new "
+        "artifact; the request is superseded by one bound to the edited sha256, with your "
+        "approval as its first (a quorum starts again), and the run continues with the edited "
+        "artifact. The response's request is the new one.",
+    )
 
 
 class ApprovalDecisionSerializer(serializers.ModelSerializer):
@@ -79,6 +89,14 @@ class QuorumSerializer(serializers.Serializer):
     progress = serializers.CharField(help_text='e.g. "1 of 2; rita approved at …"')
 
 
+class EditedFromSerializer(serializers.Serializer):
+    """Approve with edits: the artifact the reviewer was shown and edited, and who."""
+
+    artifact_id = serializers.UUIDField()
+    artifact_sha256 = serializers.CharField()
+    edited_by = serializers.CharField(allow_null=True)
+
+
 class ApprovalRequestSerializer(serializers.ModelSerializer):
     run_id = serializers.UUIDField(read_only=True)
     artifact_id = serializers.UUIDField(read_only=True)
@@ -95,6 +113,21 @@ class ApprovalRequestSerializer(serializers.ModelSerializer):
     @extend_schema_field(ReviewersSerializer)
     def get_reviewers(self, row: ApprovalRequest) -> dict:
         return {"role": row.reviewer_role or None, "group": row.reviewer_group or None}
+
+    edited_from = serializers.SerializerMethodField(
+        help_text="Set when this request is bound to a reviewer's edit (approve with edits) "
+        "of the artifact named here; the artifact fields above are the edited one's."
+    )
+
+    @extend_schema_field(EditedFromSerializer(allow_null=True))
+    def get_edited_from(self, row: ApprovalRequest) -> dict | None:
+        if not row.edited_from_sha256:
+            return None
+        return {
+            "artifact_id": str(row.edited_from_id),
+            "artifact_sha256": row.edited_from_sha256,
+            "edited_by": row.edited_by.get_username() if row.edited_by_id else None,
+        }
 
     @extend_schema_field(QuorumSerializer)
     def get_quorum(self, row: ApprovalRequest) -> dict:
@@ -130,6 +163,7 @@ class ApprovalRequestSerializer(serializers.ModelSerializer):
             "decided_at",
             "consumed_at",
             "previous_request_id",
+            "edited_from",
             "decisions",
         ]
 

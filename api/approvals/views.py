@@ -133,14 +133,20 @@ class ApprovalDecisionView(CairnAPIView):
             403: ErrorSerializer,
             404: ErrorSerializer,
             409: ErrorSerializer,
+            413: ErrorSerializer,
+            422: ErrorSerializer,
         },
         description="403 permission_denied: the approval state declares reviewers (a role or "
         "a reviewer group) the caller is not among. 409 codes: approval_expired, "
         "artifact_hash_mismatch (the hash the reviewer saw is not the bound one), "
         "approval_stale (the run moved past the bound version, or a newer request replaced "
         "this one), self_approval_forbidden, "
-        "already_decided, approval_closed.",
-        summary="Approve or reject exactly the artifact you were shown",
+        "already_decided, approval_closed. With edited_text (approve with edits) also: 400 "
+        "invalid_request (the edit changes nothing, is empty, comes with a reject, or the "
+        "artifact is not text), 413 payload_too_large (over CAIRN_MAX_ARTIFACT_BYTES), 422 "
+        "secret_in_envelope (a credential in the text); the response's request is the new "
+        "one, bound to the edited artifact.",
+        summary="Approve (optionally with edits) or reject exactly the artifact you were shown",
     )
     def post(self, request: Request, approval_id: str) -> Response:
         data = self.parsed(s.DecisionInSerializer)
@@ -150,9 +156,14 @@ class ApprovalDecisionView(CairnAPIView):
             decision=data["decision"],
             artifact_sha256=data["artifact_sha256"],
             comment=data["comment"],
+            edited_text=data.get("edited_text"),
             actor=self.actor,
         )
-        body = {"decision": decision, "request": _fresh(self.tenant, approval_id, request.user)}
+        # An edit's decision is on the request it raised: the response shows that one.
+        body = {
+            "decision": decision,
+            "request": _fresh(self.tenant, decision.request_id, request.user),
+        }
         return Response(s.DecisionResultSerializer(body).data)
 
 

@@ -68,11 +68,14 @@ def request_insert(
     actor: Actor,
     escalation_level: int = 0,
     reason: str = "",
+    edited_from: Artifact | None = None,
+    edited_by: AbstractBaseUser | None = None,
 ) -> ApprovalRequest:
     """Supersede the run's live request for ``action`` and insert a new one bound to the
     run's current version and checkpoint, decided by the reviewers the workflow declares
-    for it and needing at least its declared quorum (``reviewers_declared``). Call inside a
-    transaction holding the run lock."""
+    for it and needing at least its declared quorum (``reviewers_declared``). ``edited_from``
+    and ``edited_by``: ``artifact`` is a reviewer's edit of that artifact (approve with
+    edits). Call inside a transaction holding the run lock."""
     now = timezone.now()
     declared = reviewers_declared(run=run, action=action, level=escalation_level)
     required_approvals = max(required_approvals, declared.quorum)
@@ -113,6 +116,9 @@ def request_insert(
         status_reason=reason,
         expires_at=expires_at,
         previous=previous,
+        edited_from=edited_from,
+        edited_from_sha256=edited_from.sha256 if edited_from is not None else "",
+        edited_by=edited_by,
     )
     audit_record(
         tenant=run.tenant,
@@ -130,6 +136,7 @@ def request_insert(
             "reviewers": {"role": declared.role, "group": declared.group},
             "escalation_level": escalation_level,
             "supersedes": [str(old.pk) for old in live],
+            "edited_from_sha256": edited_from.sha256 if edited_from is not None else None,
         },
     )
     log.info(
@@ -176,7 +183,8 @@ def request_raise_again(
     *, request: ApprovalRequest, run: Run, actor: Actor, escalation_level: int, reason: str = ""
 ) -> ApprovalRequest:
     """A new request in place of ``request`` (renewed after an expiry, or escalated to the
-    next level): the same artifact, action, requester and quorum, a fresh expiry."""
+    next level): the same artifact (an edit stays an edit), action, requester and quorum,
+    a fresh expiry."""
     return request_insert(
         run=run,
         artifact=request.artifact,
@@ -188,6 +196,8 @@ def request_raise_again(
         actor=actor,
         escalation_level=escalation_level,
         reason=reason,
+        edited_from=request.edited_from,
+        edited_by=request.edited_by,
     )
 
 

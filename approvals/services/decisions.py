@@ -1,10 +1,12 @@
-"""Deciding: one reviewer, one final approve or reject of exactly the artifact shown."""
+"""Deciding: one reviewer, one final approve or reject of exactly the artifact shown, or an
+approval of their own edit of it (approve with edits)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from uuid import UUID
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -22,12 +24,20 @@ from approvals.models import (
 from approvals.services._common import (
     MAX_COMMENT,
     RUN_OPEN_STATUSES,
+    default_expiry,
+    lock_run,
     may_review,
+    request_insert,
     run_fail_at_approval,
     send_after_commit,
 )
 from approvals.services.expiry import expire_request
-from approvals.services.standing import decides_for, quorum_progress, reviewer_refusal
+from approvals.services.standing import (
+    decides_for,
+    quorum_progress,
+    reviewer_refusal,
+    uuid_or_none,
+)
 from cairn.credentials import free_text_refuse
 from cairn.errors import (
     AlreadyDecided,
@@ -38,10 +48,12 @@ from cairn.errors import (
     CairnError,
     InvalidRequest,
     NotFound,
+    PayloadTooLarge,
     ReviewNotAllowed,
     SelfApprovalForbidden,
 )
 from checkpoints.models import Execution, Run
+from checkpoints.services.artifacts import artifact_content, artifact_store
 from checkpoints.services.changes import run_changed
 from checkpoints.services.outbox import outbox_enqueue
 from tenants.models import Tenant
@@ -70,8 +82,20 @@ def approval_decide(
     artifact_sha256: str,
     actor: Actor,
     comment: str = "",
+    edited_text: str | None = None,
 ) -> ApprovalDecision:
     """Record one reviewer's approve or reject of exactly the artifact they were shown.
+
+    ``edited_text`` (approve only): approve with edits. The reviewer's edit of the text
+    artifact they were shown (``artifact_sha256``) is stored as a new artifact (the
+    original's kind and media type, uploaded by the reviewer), and in the same transaction
+    the request is superseded (its reason names the editor and the new request) by a new
+    one bound to the edited artifact's sha256, for the same run version, action, reviewers,
+    requester and quorum, whose first approval is the editor's (the returned decision is on
+    it: ``decision.request``). Approvals of the old hash do not carry over: a quorum starts
+    again. Audited as ``approval.edited``. Refused besides: InvalidRequest (a reject with an
+    edit, an edit that changes nothing, an artifact that is not UTF-8 text), PayloadTooLarge
+    (CAIRN_MAX_ARTIFACT_BYTES), SecretInEnvelope (a credential in the text).
 
     Atomic: the decision, the request's new status, the audit event and the run's next
     command are written together. An approval that completes the request enqueues the run's
@@ -103,6 +127,8 @@ def approval_decide(
             fields={"comment": "required for a rejection"},
         )
     free_text_refuse({"comment": comment})
+    if edited_text is not None:
+        _edit_check(decision, edited_text)
     if len(comment) > MAX_COMMENT:
         raise InvalidRequest(
             f"The comment is longer than {MAX_COMMENT} characters.", fields={"comment": "too long"}
@@ -120,6 +146,7 @@ def approval_decide(
             artifact_sha256=artifact_sha256,
             actor=actor,
             comment=comment,
+            edited_text=edited_text,
         )
     except _Refusal as refusal:
         _refused(refusal.request, actor, refusal.error, decision)
@@ -139,10 +166,14 @@ def _decide(
     artifact_sha256: str,
     actor: Actor,
     comment: str,
+    edited_text: str | None = None,
 ) -> ApprovalDecision:
     user = actor.user
     expired: ApprovalRequest | None = None
     with transaction.atomic():
+        if edited_text is not None:
+            # An edit raises a request: the run's row first, as every raise does.
+            _lock_run_of(tenant=tenant, request_id=request_id)
         request = _lock_request(tenant=tenant, request_id=request_id)
         if not review_scope(user=user, tenant=tenant).allows(request.run_id):
             # A holder of run grants does not learn that other runs' requests exist.
@@ -155,11 +186,13 @@ def _decide(
             expired = request
         else:
             voter = _check_decidable(request=request, user=user, artifact_sha256=artifact_sha256)
+            if edited_text is not None:
+                request = _edit(request=request, text=edited_text, actor=actor)
             row = _decision_insert(
                 request=request,
                 user=user,
                 decision=decision,
-                sha=artifact_sha256,
+                sha=request.artifact_sha256,
                 comment=comment,
                 on_behalf_of=voter,
             )
@@ -176,6 +209,126 @@ def _decide(
             "nothing was decided. A fresh request is raised (once) while the run still waits."
         ),
     )
+
+
+def _edit_check(decision: str, text: object) -> None:
+    """What an edit must be before anything is locked: part of an approval, text, within
+    the artifact size limit, no credential in it."""
+    if decision != DecisionKind.APPROVE:
+        raise InvalidRequest(
+            "Only an approval carries an edit: approve your edited text, or reject without "
+            "one. Nothing was decided.",
+            fields={"edited_text": "only with decision 'approve'"},
+        )
+    if not isinstance(text, str):
+        raise InvalidRequest("The edited text is not text.", fields={"edited_text": "text"})
+    if not text.strip():
+        raise InvalidRequest(
+            "The edited text is empty; reject the artifact instead. Nothing was decided.",
+            fields={"edited_text": "empty"},
+        )
+    size = len(text.encode("utf-8", errors="surrogatepass"))
+    if size > settings.CAIRN_MAX_ARTIFACT_BYTES:
+        raise PayloadTooLarge(
+            f"The edited text is {size} bytes; an artifact may have at most "
+            f"{settings.CAIRN_MAX_ARTIFACT_BYTES} (CAIRN_MAX_ARTIFACT_BYTES). Nothing was "
+            "decided.",
+            fields={"edited_text": "too large"},
+        )
+    free_text_refuse({"edited_text": text}, hint="in the edited text")
+
+
+def _lock_run_of(*, tenant: Tenant, request_id: UUID | str) -> None:
+    run_id = (
+        ApprovalRequest.objects.filter(tenant=tenant, pk=uuid_or_none(request_id))
+        .values_list("run_id", flat=True)
+        .first()
+    )
+    if run_id is None:
+        raise NotFound("No such approval request.")
+    lock_run(tenant=tenant, run_id=run_id)
+
+
+def _edit(*, request: ApprovalRequest, text: str, actor: Actor) -> ApprovalRequest:
+    """Store the edit, supersede ``request`` and raise its successor bound to the edited
+    bytes (the caller records the editor's approval on it). Inside the decision's
+    transaction, the run locked; refusals are ``_Refusal``."""
+    user = actor.user
+    original = request.artifact
+    data = text.encode("utf-8", errors="surrogatepass")
+    try:
+        shown = artifact_content(original).decode("utf-8")
+    except UnicodeDecodeError:
+        raise _Refusal(
+            request,
+            InvalidRequest(
+                "The artifact under review is not UTF-8 text, so it cannot be edited here; "
+                "approve or reject it. Nothing was decided.",
+                fields={"edited_text": "the artifact is not text"},
+            ),
+        )
+    if data == shown.encode("utf-8"):
+        raise _Refusal(
+            request,
+            InvalidRequest(
+                "The edit changes nothing: the text is the artifact under review, byte for "
+                "byte. Approve without an edit instead. Nothing was decided.",
+                fields={"edited_text": "identical to the artifact under review"},
+            ),
+        )
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _Refusal(
+            request,
+            InvalidRequest("The edited text is not valid UTF-8.", fields={"edited_text": "text"}),
+        )
+    edited, _ = artifact_store(
+        tenant=request.tenant,
+        data=data,
+        media_type=original.media_type,
+        kind=original.kind,
+        uploaded_by=user,
+    )
+    run = request.run
+    now = timezone.now()
+    successor = request_insert(
+        run=run,
+        artifact=edited,
+        action=request.action,
+        expires_at=max(request.expires_at, default_expiry(now)),
+        required_approvals=request.required_approvals,
+        requester=request.requester,
+        requester_label=request.requester_label,
+        actor=actor,
+        escalation_level=request.escalation_level,
+        reason=request.status_reason if request.escalation_level else "",
+        edited_from=original,
+        edited_by=user,
+    )
+    why = (
+        f"Edited by {user.get_username()}: replaced by request {successor.pk} for the edited "
+        f"artifact {edited.sha256[:12]}; approvals of {original.sha256[:12]} do not carry over."
+    )
+    ApprovalRequest.objects.filter(pk=request.pk).update(status_reason=why)
+    audit_record(
+        tenant=request.tenant,
+        actor=actor,
+        action="approval.edited",
+        run_id=run.id,
+        target=str(successor.pk),
+        details={
+            "superseded_request_id": str(request.pk),
+            "request_id": str(successor.pk),
+            "from_artifact_id": str(original.pk),
+            "from_sha256": original.sha256,
+            "to_artifact_id": str(edited.pk),
+            "to_sha256": edited.sha256,
+            "size": edited.size,
+        },
+    )
+    successor.run = run
+    return successor
 
 
 def _lock_request(*, tenant: Tenant, request_id: UUID | str) -> ApprovalRequest:
@@ -330,10 +483,17 @@ def _apply(*, request: ApprovalRequest, decision: ApprovalDecision, actor: Actor
     if run.execution == Execution.WORKER:
         _enqueue_resume(run)
     else:
+        # The runner ships the approved artifact: an edit's, when a reviewer edited it.
         outbox_enqueue(
             run=run,
             kind="approval.decided",
-            payload={"request_id": str(request.pk), "status": request.status},
+            payload={
+                "request_id": str(request.pk),
+                "status": request.status,
+                "artifact_id": str(request.artifact_id),
+                "artifact_sha256": request.artifact_sha256,
+                "edited_from_sha256": request.edited_from_sha256 or None,
+            },
         )
 
 

@@ -5,7 +5,8 @@ checkpoint chain (sequence, position, sha256, parent, the artifacts each names),
 with its decisions, reviewers, times, bound hashes and the verdict ``request_judge`` (the
 approval invariant's one decision function, ``approvals.services.standing``) gives it on its
 own binding, the operations with their provider ids and the checkpoint each was recorded at,
-the artifacts' hashes (bytes on request), and Cairn's own verification of the run
+the artifacts' hashes (bytes on request), a reviewer's edit (approve with edits: the
+artifact they were shown, both hashes and the diff), and Cairn's own verification of the run
 (``run_verify``). It is signed with the deployment's Ed25519 key (``approvals.signing``).
 """
 
@@ -22,9 +23,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.evidence_verify import ALGORITHM, FORMAT, canonical
+from approvals.evidence_verify import edit_diff as verify_edit_diff
 from approvals.models import ApprovalRequest
-from approvals.services.standing import ApprovalAsk, approval_standing, request_judge
+from approvals.services.standing import (
+    ApprovalAsk,
+    approval_standing,
+    edited_shas,
+    request_judge,
+)
 from approvals.signing import evidence_signing_key
+from cairn.errors import IntegrityFailure
 from checkpoints.models import Artifact, Checkpoint, CompactionRecord, ExternalOperation
 from checkpoints.services.approval_chain import artifact_names
 from checkpoints.services.artifacts import artifact_content
@@ -79,6 +87,33 @@ def _checkpoints(run_id: UUID) -> list[dict[str, Any]]:
     return rows
 
 
+def edit_diff(old: bytes, new: bytes, *, old_sha256: str, new_sha256: str) -> str:
+    """The unified diff of a reviewer's edit, as the bundle holds it and the offline
+    verifier recomputes it from the artifacts' bytes (``evidence_verify.edit_diff``)."""
+    return verify_edit_diff(old, new, old_sha256=old_sha256, new_sha256=new_sha256)
+
+
+def _edited_from(row: ApprovalRequest) -> dict[str, Any] | None:
+    if not row.edited_from_sha256:
+        return None
+    try:
+        old = artifact_content(row.edited_from) if row.edited_from_id else None
+        new = artifact_content(row.artifact)
+    except IntegrityFailure:
+        old = None
+    diff = None
+    if old is not None:
+        diff = edit_diff(
+            old, new, old_sha256=row.edited_from_sha256, new_sha256=row.artifact_sha256
+        )
+    return {
+        "artifact_id": str(row.edited_from_id) if row.edited_from_id else None,
+        "artifact_sha256": row.edited_from_sha256,
+        "edited_by": row.edited_by.get_username() if row.edited_by_id else None,
+        "diff": diff,
+    }
+
+
 def _approvals(run_id: UUID, now: datetime) -> list[dict[str, Any]]:
     rows = (
         ApprovalRequest.objects.filter(run_id=run_id)
@@ -114,6 +149,8 @@ def _approvals(run_id: UUID, now: datetime) -> list[dict[str, Any]]:
                 "decided_at": stamp(row.decided_at),
                 "consumed_at": stamp(row.consumed_at),
                 "previous_request_id": str(row.previous_id) if row.previous_id else None,
+                # Approve with edits: the artifact the editor was shown, and the diff.
+                "edited_from": _edited_from(row),
                 "decisions": [
                     {
                         "reviewer": d.approver.get_username(),
@@ -198,15 +235,21 @@ def run_evidence_export(
     approvals = _approvals(run.pk, now)
     shas = {sha for link in checkpoints for sha in link["artifacts"]}
     shas |= {a["artifact_sha256"] for a in approvals}
+    shas |= {a["edited_from"]["artifact_sha256"] for a in approvals if a["edited_from"]}
     standing = None
     if run.state in (definition.get("approval_states") or ()):
         # At an approval state: the request that lets the run pass now, or why none does.
+        action = approval_action(definition, run.state)
+        named = set(checkpoints[-1]["artifacts"]) if checkpoints else set()
+        # A reviewer's edit of the draft the head names counts for it (approve with edits).
+        for sha in list(named):
+            named |= edited_shas(run_id=run.pk, version=run.version, action=action, sha256=sha)
         standing = approval_standing(
             ask=ApprovalAsk(
                 run_id=run.pk,
                 version=run.version,
-                action=approval_action(definition, run.state),
-                artifact_sha256s=set(checkpoints[-1]["artifacts"]) if checkpoints else set(),
+                action=action,
+                artifact_sha256s=named,
                 place=f"Leaving '{run.state}'",
             ),
             now=now,

@@ -19,6 +19,7 @@ from approvals.services.expiry import after_expiry, escalate, expire_request
 from approvals.services.standing import (
     ApprovalAsk,
     approval_standing,
+    edited_shas,
     request_judge,
     uuid_or_none,
 )
@@ -160,9 +161,12 @@ def approval_gate(
                 f"The artifact under review ({artifact_id}) is not stored with sha256 "
                 f"{artifact_sha256}."
             )
-        ask = ApprovalAsk(
-            run_id=run.pk, version=run.version, action=action, artifact_sha256s={artifact_sha256}
+        # The draft under review, or a reviewer's edit of it (approve with edits): the run
+        # continues with the edited artifact (``restore_approval_outcome`` hands it over).
+        shas = edited_shas(
+            run_id=run.pk, version=run.version, action=action, sha256=artifact_sha256
         )
+        ask = ApprovalAsk(run_id=run.pk, version=run.version, action=action, artifact_sha256s=shas)
         standing = approval_standing(ask=ask, now=now)
         request = standing.request
         if standing.verdict == "used":

@@ -184,6 +184,26 @@ def approval_standing(
     )
 
 
+def edited_shas(*, run_id: UUID | str, version: int, action: str, sha256: str) -> set[str]:
+    """``sha256`` and the hashes of every edit of it (and of an edit of an edit) a reviewer
+    made on a request of the run at ``version`` for ``action``: the artifacts an approval
+    of the run's draft may be bound to (approve with edits). One query."""
+    edits = list(
+        ApprovalRequest.objects.filter(run_id=run_id, run_version=version, action=action)
+        .exclude(edited_from_sha256="")
+        .values_list("edited_from_sha256", "artifact_sha256")
+    )
+    found = {sha256}
+    grew = True
+    while grew:
+        grew = False
+        for origin, edited in edits:
+            if origin in found and edited not in found:
+                found.add(edited)
+                grew = True
+    return found
+
+
 def uuid_or_none(value: object) -> UUID | None:
     try:
         return value if isinstance(value, UUID) else UUID(str(value))

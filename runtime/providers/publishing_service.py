@@ -23,9 +23,9 @@ time is up (``--job-seconds``, or the ``X-Job-Seconds`` header of the submission
 
 Endpoints: ``POST /publications`` (header ``Idempotency-Key``), ``GET
 /publications/by-key/{key}``, ``GET /publications?client_reference=…``, ``GET /stats``
-(publications per key and per target, requests seen), ``POST /control/faults``,
-``POST /control/reset``. State is written to the JSON state file after every change, so a
-restarted service keeps its publications. Standard library only; no Django.
+(publications per key and per target, what each published, requests seen), ``POST
+/control/faults``, ``POST /control/reset``. State is written to the JSON state file after
+every change, so a restarted service keeps its publications. Standard library only; no Django.
 """
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ class Store:
         self.job_polls: Counter[str] = Counter()  # status requests per job id
         self.lock = threading.Lock()
         self.publications: dict[str, dict[str, Any]] = {}
+        # What each publication published (the request's payload), by key: what the tests
+        # compare with the approved artifact.
+        self.payloads: dict[str, Any] = {}
         self.perform_requests: Counter[str] = Counter()
         self.created: Counter[str] = Counter()
         self.fault, self.lookup_fault = fault, lookup_fault
@@ -77,6 +80,7 @@ class Store:
         if path is not None and path.exists():
             saved = json.loads(path.read_text() or "{}")
             self.publications = saved.get("publications", {})
+            self.payloads = saved.get("payloads", {})
             self.perform_requests = Counter(saved.get("perform_requests", {}))
             self.created = Counter(saved.get("created", {}))
             self.jobs = saved.get("jobs", {})
@@ -88,6 +92,7 @@ class Store:
             return
         state = {
             "publications": self.publications,
+            "payloads": self.payloads,
             "perform_requests": self.perform_requests,
             "created": self.created,
             "jobs": self.jobs,
@@ -134,6 +139,7 @@ class Store:
                 "created_at": datetime.now(UTC).isoformat(),
             }
             self.publications[key] = publication
+            self.payloads[key] = body.get("payload")
             self.created[key] += 1
             self._save()
             return 201, publication
@@ -207,6 +213,7 @@ class Store:
                 "by_key": dict(self.created),
                 "by_target": dict(by_target),
                 "ids": {key: p["id"] for key, p in self.publications.items()},
+                "payloads": dict(self.payloads),
                 "perform_requests": dict(self.perform_requests),
                 "jobs": len(self.jobs),
                 "job_submissions": dict(self.job_submissions),
@@ -230,6 +237,7 @@ class Store:
     def reset(self) -> None:
         with self.lock:
             self.publications.clear()
+            self.payloads.clear()
             self.perform_requests.clear()
             self.created.clear()
             self.jobs.clear()

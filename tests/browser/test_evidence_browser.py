@@ -3,27 +3,12 @@ the offline verifier accepts the file and refuses it after a one-byte change."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from approvals.signing import evidence_signing_key
-from tests.evidence_support import published_run, reviewer
+from tests.evidence_support import published_run, reviewer, verify_offline
 
 pytestmark = pytest.mark.django_db(transaction=True)
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _verify(bundle: Path, key: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "approvals.evidence_verify", str(bundle), "--public-key", str(key)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def test_an_operator_downloads_evidence_that_verifies_offline_until_a_byte_changes(
@@ -41,12 +26,12 @@ def test_an_operator_downloads_evidence_that_verifies_offline_until_a_byte_chang
     key = tmp_path / "evidence-key.pem"
     key.write_text(evidence_signing_key().public_pem)
 
-    good = _verify(bundle, key)
+    good = verify_offline(bundle, key)
     assert good.returncode == 0, good.stdout + good.stderr
     assert f"VERIFIED: run {run.pk}" in good.stdout
 
     data = bytearray(bundle.read_bytes())
     data[100] ^= 0x04
     bundle.write_bytes(bytes(data))
-    bad = _verify(bundle, key)
+    bad = verify_offline(bundle, key)
     assert bad.returncode == 1 and "NOT VERIFIED" in bad.stdout

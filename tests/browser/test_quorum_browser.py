@@ -5,18 +5,13 @@ group is shown who decides instead of Approve and Reject."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 from playwright.sync_api import expect
 
 from approvals.models import ApprovalRequest, ApprovalStatus
-from checkpoints.services.workflows import workflow_register
-from runtime.services.runs import run_create
-from tenants.reviewer_groups import reviewer_group_create, reviewer_group_member_add
 from tenants.services import Actor, member_set_role
-from tests.approvals_support import ask, at_review, deliver_all, draft
-from tests.factories import SIMPLE_DEFINITION, UserFactory
+from tests.approvals_support import deliver_all, legal_quorum_request
+from tests.factories import UserFactory
 from tests.smtp_support import PUBLIC_URL
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -39,21 +34,7 @@ def test_a_quorum_of_two_is_told_by_email_and_approves_on_the_review_page(
 ):  # noqa: ANN001
     settings.CAIRN_DISPATCH_ON_COMMIT = False  # no worker here: deliver_all() plays it
     rita, sam = _reviewer(acme, "rita"), _reviewer(acme, "sam")
-    reviewer_group_create(tenant=acme, name="legal", actor=Actor(user=alice))
-    for user in (rita, sam):
-        reviewer_group_member_add(
-            tenant=acme, name="legal", username=user.username, actor=Actor(user=alice)
-        )
-    definition = copy.deepcopy(SIMPLE_DEFINITION)
-    definition["approvals"] = {
-        "review": {"action": "publish", "reviewers": {"group": "legal"}, "quorum": 2}
-    }
-    workflow_register(tenant=acme, workflow_type="legal", version="1", definition=definition)
-    run = run_create(
-        tenant=acme, workflow_type="legal", inputs={}, execution="external", actor=Actor(user=bob)
-    )
-    artifact = draft(acme)
-    request = ask(at_review(run, artifact), artifact, bob)
+    request = legal_quorum_request(acme, alice, bob, [rita, sam])
     deliver_all()
     assert sorted(r[0] for r, _ in smtp.messages) == ["rita@example.org", "sam@example.org"]
 
