@@ -60,9 +60,7 @@ def test_a_dry_run_counts_and_gives_each_refusal_its_reason_and_changes_nothing(
     assert {r.status for r in Run.objects.filter(pk__in=[r.pk for r in live])} == {"running"}
 
 
-def test_a_bulk_cancel_cancels_each_run_through_its_service_and_audits_the_bulk_action(
-    acme, bob
-):
+def test_a_bulk_cancel_cancels_each_run_through_its_service_and_audits_the_bulk_action(acme, bob):
     live = runs(acme, bob, 3)
     done = worker_run(acme, bob)
     run_cancel(tenant=acme, run_id=done.pk, reason="gone", actor=Actor(user=bob))
@@ -141,9 +139,9 @@ def test_a_bulk_pause_and_unpause(acme, bob):
     both = runs(acme, bob, 2)
     action = bulk.bulk_action_process(bulk_action_id=start(acme, bob, "pause", both).pk)
     assert (action.done, action.refused) == (2, 0)
-    assert set(Run.objects.filter(pk__in=[r.pk for r in both]).values_list("paused", flat=True)) == {
-        True
-    }
+    assert set(
+        Run.objects.filter(pk__in=[r.pk for r in both]).values_list("paused", flat=True)
+    ) == {True}
     again = bulk.bulk_action_plan(tenant=acme, action="pause", run_ids=[both[0].pk])
     assert again.refusals == [
         (str(both[0].pk), "The run is already paused; unpause it to let it go on.")
@@ -154,9 +152,7 @@ def test_a_bulk_pause_and_unpause(acme, bob):
     assert AuditEvent.objects.filter(action="run.unpause").count() == 2
 
 
-def test_another_tenants_run_is_refused_as_not_found_like_an_unknown_id(
-    acme, bob, globex, charlie
-):
+def test_another_tenants_run_is_refused_as_not_found_like_an_unknown_id(acme, bob, globex, charlie):
     mine = worker_run(acme, bob)
     theirs = worker_run(globex, charlie)
     unknown = uuid.uuid4()
