@@ -62,7 +62,7 @@ def test_a_bulk_cancel_by_the_lists_filter_from_dry_run_to_summary(web, acme, bo
     page = web.get(done["Location"]).content.decode()
     assert '<progress id="bulk-bar" max="4" value="4">' in page
     assert "hx-get" not in page.split('id="bulk-progress"')[1].split(">")[0]
-    assert "3 runs cancel: done; 1 refused." in page
+    assert "Cancel: 3 of 4 runs done, 1 refused." in page
     assert "The run is already cancelled; there is nothing to cancel." in page
     assert Run.objects.filter(pk__in=[r.pk for r in running], status="cancelled").count() == 3
     assert AuditEvent.objects.filter(action="run.cancel", reason="incident 7").count() == 3

@@ -58,8 +58,9 @@ def _selection(request: HttpRequest) -> tuple[list[Any], dict[str, Any], str]:
         if name != "sort" and request.GET.get(name) and not form.errors.get(name)
     }
     described = (
-        "the runs matching the filters "
-        + ", ".join(f"{form.fields[k].label or k}: {v}" for k, v in given.items())
+        "the runs matching the filters ("
+        + "; ".join(f"{form.fields[k].label or k}: {v}" for k, v in given.items())
+        + ")"
         if given
         else "every run (no filter)"
     )
