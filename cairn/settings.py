@@ -268,6 +268,9 @@ CAIRN_CONSOLE_REFRESH_SECONDS = env_int("CAIRN_CONSOLE_REFRESH_SECONDS", 5)
 # The most runs one bulk action (console or POST /api/v1/bulk-actions) may select; a larger
 # selection is refused with 400 (runtime.services.bulk).
 CAIRN_BULK_ACTION_MAX_RUNS = env_int("CAIRN_BULK_ACTION_MAX_RUNS", 1000)
+# A worker's claim on a bulk action, renewed after each chunk of runs; an unfinished action
+# whose claim expired (its worker died) is queued again by the beat's bulk-actions-rescue.
+CAIRN_BULK_ACTION_CLAIM_SECONDS = env_int("CAIRN_BULK_ACTION_CLAIM_SECONDS", 120)
 # --- Reviewer notifications (approvals.notify) ---------------------------------------------
 # Where a notification's link points: the console as reviewers reach it.
 CAIRN_PUBLIC_URL = env("CAIRN_PUBLIC_URL", "http://127.0.0.1:8000")

@@ -61,9 +61,6 @@ from tenants.services import Actor, audit_record
 
 # How many runs one chunk takes; the claim is renewed after each.
 CHUNK_SIZE = 50
-# How long a worker's claim on a bulk action lasts without renewal (database clock); past it,
-# the rescue queues the action again for another worker.
-CLAIM_SECONDS = 120
 KIND = "bulk.process"
 
 
@@ -292,11 +289,17 @@ def _claim(bulk_action_id: UUID | str) -> bool:
         .exclude(status=BulkActionStatus.FINISHED)
         .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
         .update(
-            claimed_until=now + timedelta(seconds=CLAIM_SECONDS),
+            claimed_until=now + timedelta(seconds=_claim_seconds()),
             status=BulkActionStatus.RUNNING,
             started_at=Coalesce(F("started_at"), now),
         )
     )
+
+
+def _claim_seconds() -> int:
+    # How long a worker's claim lasts without renewal (database clock); past it, the rescue
+    # queues the action again for another worker.
+    return settings.CAIRN_BULK_ACTION_CLAIM_SECONDS
 
 
 def _actor(bulk: BulkAction) -> Actor:
@@ -362,7 +365,7 @@ def bulk_action_process(*, bulk_action_id: UUID | str, chunk_size: int = CHUNK_S
             if cancelling is not None:
                 run_cancel_settle(tenant=bulk.tenant, run_id=cancelling.pk, actor=actor)
         BulkAction.objects.filter(pk=bulk.pk).update(
-            claimed_until=clock.db_now() + timedelta(seconds=CLAIM_SECONDS)
+            claimed_until=clock.db_now() + timedelta(seconds=_claim_seconds())
         )
     BulkAction.objects.filter(pk=bulk.pk).update(
         status=BulkActionStatus.FINISHED, finished_at=clock.db_now(), claimed_until=None
@@ -372,11 +375,12 @@ def bulk_action_process(*, bulk_action_id: UUID | str, chunk_size: int = CHUNK_S
 
 def bulk_actions_rescue() -> int:
     """Queue again each unfinished bulk action that no worker holds (its claim expired or it
-    was never claimed) and whose last command went out more than CLAIM_SECONDS ago: its
-    worker died, or its command was lost. Returns how many were queued. Meant for a periodic
-    task; the work it queues skips every run already recorded."""
+    was never claimed) and whose last command went out more than
+    CAIRN_BULK_ACTION_CLAIM_SECONDS ago: its worker died, or its command was lost. Returns
+    how many were queued. Meant for a periodic task; the work it queues skips every run
+    already recorded."""
     now = clock.db_now()
-    quiet = now - timedelta(seconds=CLAIM_SECONDS)
+    quiet = now - timedelta(seconds=_claim_seconds())
     queued = 0
     waiting = BulkAction.objects.exclude(status=BulkActionStatus.FINISHED).filter(
         Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
