@@ -89,3 +89,43 @@ def test_a_bulk_cancel_of_200_runs_selected_by_the_lists_filter(
     cancels = AuditEvent.objects.filter(action="run.cancel", reason="incident 42: stop the batch")
     assert cancels.count() == 195
     assert AuditEvent.objects.filter(action="runs.bulk_action").count() == 1
+
+
+def test_ticked_runs_stay_ticked_through_the_rows_refresh_and_are_the_selection(
+    live_server, page, login, acme, bob, workflow, settings
+):
+    settings.CAIRN_CONSOLE_REFRESH_SECONDS = 1
+    actor = Actor(user=bob)
+
+    def new_run(name: str) -> Run:
+        return run_create(
+            tenant=acme,
+            workflow_type="research",
+            inputs={"question": name},
+            objective_ref=name,
+            execution="external",
+            actor=actor,
+        )
+
+    first, second, _ = (new_run(f"run {i}") for i in range(3))
+    login(page, bob)
+    page.goto(f"{live_server.url}/runs/")
+    page.get_by_label(f"Tick run {str(first.pk)[:8]}").check()
+    page.get_by_label(f"Tick run {str(second.pk)[:8]}").check()
+    # A new run joins the rows at the top: the rows are swapped, the ticks stay.
+    fresh = new_run("a newcomer")
+    expect(page.locator(f"#run-{fresh.pk}")).to_be_visible()
+    expect(page.get_by_label(f"Tick run {str(first.pk)[:8]}")).to_be_checked()
+    expect(page.get_by_label(f"Tick run {str(second.pk)[:8]}")).to_be_checked()
+
+    page.get_by_role("button", name="Act on the ticked runs…").click()
+    expect(page.locator("[data-selected-count]")).to_have_text("2")
+    expect(page.locator("#bulk-selection")).to_contain_text("the runs you ticked")
+    page.get_by_label("Action").select_option("pause")
+    # The reason is required: the browser asks for it before anything is sent.
+    reason = page.get_by_label("Reason")
+    expect(reason).to_have_attribute("required", "")
+    reason.fill("look at these two")
+    page.get_by_role("button", name="Review what will happen").click()
+    expect(page.locator("[data-actionable]")).to_have_text("2")
+    expect(page.get_by_role("button", name="Pause 2 runs")).to_be_visible()
