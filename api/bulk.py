@@ -14,7 +14,6 @@ from api.actions import ActionView, _reason
 from api.pagination import Pagination
 from api.serializers import ErrorSerializer, StrictSerializer
 from api.views import _errors
-from cairn.errors import InvalidRequest
 from checkpoints.models import BulkAction, BulkActionRun, RunStatus
 from checkpoints.selectors import runs_for_tenant
 from runtime.services.bulk import (
@@ -154,11 +153,6 @@ class BulkActionListView(ActionView):
             given = dict(data["filter"])
             ids = bulk_selection(runs_for_tenant(self.tenant, **given))
             selection = {"filter": given}
-            if not ids:
-                raise InvalidRequest(
-                    "No run matches the filter; there is nothing to act on.",
-                    fields={"filter": "matches no run"},
-                )
         else:
             ids, selection = data["run_ids"], {"run_ids": len(data["run_ids"])}
         step = data.get("step", "")

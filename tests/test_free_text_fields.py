@@ -78,7 +78,6 @@ NOT_FREE_TEXT = {
     "checkpoints.BulkAction.action": "one of the bulk actions' names",
     "checkpoints.BulkAction.actor_label": "a username",
     "checkpoints.BulkAction.step": "a step name, checked by each run's retry",
-    "checkpoints.BulkAction.selection": "filter values the runs list's form validated",
     "checkpoints.BulkActionRun.detail": "a refusal's sentence a service composed",
     "checkpoints.OutboxMessage.payload": "ids, versions and keys Cairn composes",
     "checkpoints.RunnerWebhook.url": "checked by cairn.outbound: no userinfo",
@@ -220,6 +219,14 @@ FREE_TEXT: dict[str, tuple[Callable[[dict], object], Callable[[], models.QuerySe
             {"action": "pause", "reason": SECRET, "run_ids": [str(w["run"].id)]},
         ),
         lambda: BulkAction.objects.filter(reason__contains=SECRET),
+    ),
+    "checkpoints.BulkAction.selection": (
+        lambda w: _post(
+            w["bob"],
+            "/api/v1/bulk-actions",
+            {"action": "pause", "reason": "r", "filter": {"state": SECRET}},
+        ),
+        lambda: BulkAction.objects.filter(selection__filter__state=SECRET),
     ),
     "checkpoints.Run.pause_reason": (
         lambda w: _post(w["bob"], f"/api/v1/runs/{w['run'].id}/actions/pause", {"reason": SECRET}),

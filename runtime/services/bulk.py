@@ -34,6 +34,7 @@ from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Coalesce
 
 from cairn import clock
+from cairn.credentials import free_text_refuse
 from cairn.errors import CairnError, InvalidRequest, NotFound
 from cairn.faults import fault_point
 from checkpoints.models import (
@@ -241,6 +242,8 @@ def bulk_action_start(
     more than CAIRN_BULK_ACTION_MAX_RUNS) or SecretInEnvelope (a reason that looks like a
     credential); nothing is written then."""
     reason = reason_clean(reason)
+    # Stored and audited in the clear: a search text that looks like a credential is refused.
+    free_text_refuse({f"selection.{key}": str(value) for key, value in _flat(selection).items()})
     action, step = _action_clean(action, step)
     ids = _ids_clean(run_ids)
     with transaction.atomic():
@@ -273,6 +276,15 @@ def bulk_action_start(
         )
         _queue(bulk)
     return bulk
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flat(item, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): value}
 
 
 def _queue(bulk: BulkAction) -> None:
