@@ -1,6 +1,7 @@
 from django.urls import path
 
 from api import actions, views
+from api import bulk as bulk_api
 from api import operations as operations_api
 from api import reviewer_groups as groups_api
 from api import runner as runner_api
@@ -96,6 +97,17 @@ urlpatterns = [
         "runs/<uuid:run_id>/actions/grant_budget",
         actions.GrantBudgetView.as_view(),
         name="run-grant-budget",
+    ),
+    path("bulk-actions", bulk_api.BulkActionListView.as_view(), name="bulk-actions"),
+    path(
+        "bulk-actions/<uuid:bulk_action_id>",
+        bulk_api.BulkActionDetailView.as_view(),
+        name="bulk-action",
+    ),
+    path(
+        "bulk-actions/<uuid:bulk_action_id>/refusals",
+        bulk_api.BulkActionRefusalsView.as_view(),
+        name="bulk-action-refusals",
     ),
     path("artifacts", views.ArtifactCreateView.as_view(), name="artifacts"),
     path("artifacts/<uuid:artifact_id>", views.ArtifactDetailView.as_view(), name="artifact"),

@@ -20,7 +20,9 @@ The fault points:
   (the ``apply_retention`` command);
 - ``run.leased``: a worker has just taken a run's lease, before its restore;
 - ``approval.granted``: the approval gate found the run's approval granted, before the
-  commit that consumes it and moves the run past its approval state.
+  commit that consumes it and moves the run past its approval state;
+- ``bulk.run_acted``: a bulk action has acted on one run, inside the transaction that records
+  that run's outcome, before it commits (runtime/services/bulk.py).
 """
 
 from __future__ import annotations

@@ -265,6 +265,12 @@ CAIRN_CLOCK_SKEW_LIMIT_SECONDS = float(env("CAIRN_CLOCK_SKEW_LIMIT_SECONDS", "2"
 CAIRN_OUTBOX_CLAIM_SECONDS = env_int("CAIRN_OUTBOX_CLAIM_SECONDS", 30)
 CAIRN_DISPATCH_ON_COMMIT = env_bool("CAIRN_DISPATCH_ON_COMMIT", True)
 CAIRN_CONSOLE_REFRESH_SECONDS = env_int("CAIRN_CONSOLE_REFRESH_SECONDS", 5)
+# The most runs one bulk action (console or POST /api/v1/bulk-actions) may select; a larger
+# selection is refused with 400 (runtime.services.bulk).
+CAIRN_BULK_ACTION_MAX_RUNS = env_int("CAIRN_BULK_ACTION_MAX_RUNS", 1000)
+# A worker's claim on a bulk action, renewed after each chunk of runs; an unfinished action
+# whose claim expired (its worker died) is queued again by the beat's bulk-actions-rescue.
+CAIRN_BULK_ACTION_CLAIM_SECONDS = env_int("CAIRN_BULK_ACTION_CLAIM_SECONDS", 120)
 # --- Reviewer notifications (approvals.notify) ---------------------------------------------
 # Where a notification's link points: the console as reviewers reach it.
 CAIRN_PUBLIC_URL = env("CAIRN_PUBLIC_URL", "http://127.0.0.1:8000")
@@ -381,6 +387,8 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": max(5.0, 5 * CAIRN_WORKER_HEARTBEAT_SECONDS)},
     },
     "runs-cancel-sweep": {"task": "checkpoints.runs_cancel_sweep", "schedule": 30.0},
+    # Bulk actions whose worker died or whose command was lost (runtime.services.bulk).
+    "bulk-actions-rescue": {"task": "runtime.bulk_actions_rescue", "schedule": 30.0},
     "webhooks-deliver": {"task": "checkpoints.webhooks_deliver", "schedule": 5.0},
     "retention-apply": {
         "task": "retention.apply",

@@ -343,7 +343,10 @@ class OutboxMessage(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="outbox")
+    # None for a command about no single run (``bulk.process``: a bulk action's work).
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="outbox", null=True, blank=True
+    )
     kind = models.CharField(max_length=64)
     payload = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -360,6 +363,90 @@ class OutboxMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.id}"
+
+
+class BulkActionStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class BulkAction(models.Model):
+    """An operator action on many runs at once (``runtime.services.bulk``): who, what, why,
+    which runs (their ids as selected, and the filter or ticks they were selected by), and
+    how far the background work got. Each run is acted on by its own service; its outcome is
+    a ``BulkActionRun`` written in the same transaction as that action."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="bulk_actions")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    actor_label = models.CharField(max_length=200)
+    action = models.CharField(max_length=16)  # cancel, resume, retry, pause, unpause
+    step = models.CharField(max_length=100, blank=True, default="")  # a retry's step
+    reason = models.TextField()
+    # How the runs were selected: {"filter": {...}} as the list read it, or {"ticked": true}.
+    selection = models.JSONField(default=dict)
+    total = models.PositiveIntegerField()
+    done = models.PositiveIntegerField(default=0)
+    refused = models.PositiveIntegerField(default=0)
+    status = models.CharField(
+        max_length=16, choices=BulkActionStatus.choices, default=BulkActionStatus.QUEUED
+    )
+    # A worker processing it holds it until then (database clock); an expired claim of an
+    # unfinished action means its worker died, and the rescue queues it again.
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"], name="bulk_tenant_created_idx"),
+            models.Index(
+                fields=["created_at"],
+                condition=~Q(status="finished"),
+                name="bulk_unfinished_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"bulk {self.action} of {self.total} runs"
+
+
+class BulkActionRunOutcome(models.TextChoices):
+    PENDING = "pending"
+    DONE = "done"
+    REFUSED = "refused"
+
+
+class BulkActionRun(models.Model):
+    """One selected run of a bulk action and what happened to it. ``run_id`` is the id as
+    selected, not a key: an id that names no run of the tenant is refused as not found."""
+
+    id = models.BigAutoField(primary_key=True)
+    bulk_action = models.ForeignKey(BulkAction, on_delete=models.CASCADE, related_name="runs")
+    position = models.PositiveIntegerField()  # order of selection
+    run_id = models.UUIDField()
+    outcome = models.CharField(
+        max_length=16, choices=BulkActionRunOutcome.choices, default=BulkActionRunOutcome.PENDING
+    )
+    detail = models.TextField(blank=True, default="")  # a refusal's sentence
+    version_before = models.PositiveBigIntegerField(null=True, blank=True)
+    version_after = models.PositiveBigIntegerField(null=True, blank=True)
+    acted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["position"]
+        constraints = [
+            models.UniqueConstraint(fields=["bulk_action", "run_id"], name="bulk_run_once"),
+        ]
+        indexes = [models.Index(fields=["bulk_action", "outcome", "position"])]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.outcome}"
 
 
 class RunnerWebhook(models.Model):

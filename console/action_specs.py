@@ -24,7 +24,7 @@ from runtime.services.cancel import run_cancel
 from runtime.services.cancel_finish import cancel_blocking_operations
 from runtime.services.forks import run_fork, run_fork_review
 from runtime.services.operations import operation_record_outcome, operations_open
-from runtime.services.pause import pause_refusal, run_pause, run_unpause
+from runtime.services.pause import pause_refusal, run_pause, run_unpause, unpause_refusal
 from runtime.services.retry import retry_refusal, run_retry, workflow_steps
 from tenants.access import ConsoleAccess
 
@@ -146,8 +146,9 @@ def _pause_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
 
 
 def _unpause_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
-    if not run.paused:
-        return Summary(blocked="The run is not paused; there is nothing to unpause.")
+    refusal = unpause_refusal(run)
+    if refusal:
+        return Summary(blocked=refusal)
     who = "a Cairn worker" if run.execution == "worker" else "your external driver"
     return Summary(
         [

@@ -24,7 +24,7 @@ from console import run_reads
 from console.action_specs import ACTIONS, Spec, outcome_spec
 from runtime.services.actions import grant_refusal, resume_refusal
 from runtime.services.cancel import cancel_refusal
-from runtime.services.pause import pause_refusal
+from runtime.services.pause import pause_refusal, unpause_refusal
 from runtime.services.retry import retry_run_refusal
 from tenants import roles
 from tenants.access import ConsoleAccess, console_view
@@ -42,7 +42,7 @@ def actions_available(run: Run, operations: list[ExternalOperation]) -> dict[str
         "retry": retry_run_refusal(run) is None,
         "fork": run.checkpoint_sequence > 0,
         "pause": not pause_refusal(run),
-        "unpause": run.paused,
+        "unpause": not unpause_refusal(run),
         "grant_budget": grant_refusal(run) is None,
     }
     no_worker = status in (RunStatus.CANCELLING, RunStatus.PAUSED_FOR_REVIEW, RunStatus.FAILED)

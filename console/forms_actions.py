@@ -14,6 +14,7 @@ from checkpoints.models import Checkpoint, Run
 from checkpoints.services.budgets import BUDGET_LIMIT_MAX
 from console.form_fields import json_object_from_text
 from runtime.services.actions import MAX_REASON
+from runtime.services.bulk import LABELS as BULK_LABELS
 from runtime.services.forks import fork_input_values, forkable_sequences, inputs_patch_between
 from runtime.services.retry import retry_choices
 
@@ -233,4 +234,33 @@ class RecordOutcomeForm(ActionForm):
             self.add_error(
                 "provider_operation_id", "Give the provider's id of the operation that happened."
             )
+        return data
+
+
+class BulkActionForm(forms.Form):
+    """A bulk action on the selected runs: which action, a retry's step, and the reason (each
+    run's own audit event carries it). The service checks everything again."""
+
+    action = forms.ChoiceField(label="Action", choices=list(BULK_LABELS.items()))
+    step = forms.CharField(
+        label="Step to run again (retry only)",
+        required=False,
+        max_length=100,
+        help_text="The step's name or its state; a run that has not reached it is refused.",
+    )
+    reason = forms.CharField(
+        max_length=MAX_REASON,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="Recorded with the bulk action and with each run's own action in its audit "
+        "trail.",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("action") == "retry" and not (data.get("step") or "").strip():
+            self.add_error("step", "Name the step a retry runs again.")
         return data

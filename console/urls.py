@@ -2,7 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from console import actions
-from console.views import checkpoints, health, home, run_detail, run_start, runs
+from console.views import bulk, checkpoints, health, home, run_detail, run_start, runs
 from tenants.views.auth import SignInView
 
 app_name = "console"
@@ -17,6 +17,9 @@ urlpatterns = [
     path("runs/rows/", runs.run_rows, name="run_rows"),
     path("runs/counts/", runs.run_counts, name="run_counts"),
     path("runs/new/", run_start.run_start, name="run_start"),
+    path("runs/bulk/", bulk.bulk_new, name="bulk_new"),
+    path("runs/bulk/<uuid:bulk_action_id>/", bulk.bulk_detail, name="bulk_detail"),
+    path("runs/bulk/<uuid:bulk_action_id>/progress/", bulk.bulk_progress, name="bulk_progress"),
     path("runs/<uuid:run_id>/", run_detail.run_detail, name="run_detail"),
     path("runs/<uuid:run_id>/snapshot/", run_detail.run_snapshot, name="run_snapshot"),
     path("runs/<uuid:run_id>/actions/<str:action>/", actions.run_action, name="run_action"),

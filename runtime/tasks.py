@@ -65,3 +65,24 @@ def webhooks_deliver() -> int | None:
     return periodic_job_run(
         name="checkpoints.webhooks_deliver", job=_webhooks_deliver, holder=heartbeat_start()
     )
+
+
+@shared_task(name="runtime.bulk_action_process", acks_late=True, ignore_result=True)
+def bulk_action_process(bulk_action_id: str) -> int:
+    """Carry out a ``bulk.process`` command: work through a bulk action's pending runs (a
+    finished action, or one another worker holds, is a no-op). Returns how many runs are
+    recorded done so far."""
+    from runtime.services.bulk import bulk_action_process as _bulk_action_process
+
+    heartbeat_start()
+    return _bulk_action_process(bulk_action_id=bulk_action_id).done
+
+
+@shared_task(name="runtime.bulk_actions_rescue", ignore_result=True)
+def bulk_actions_rescue() -> int | None:
+    """Queue again the bulk actions whose worker died or whose command was lost."""
+    from runtime.services.bulk import bulk_actions_rescue as _bulk_actions_rescue
+
+    return periodic_job_run(
+        name="runtime.bulk_actions_rescue", job=_bulk_actions_rescue, holder=heartbeat_start()
+    )

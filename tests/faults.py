@@ -7,6 +7,8 @@ the environment it gives them:
 - ``CAIRN_TEST_CRASH_AT=<fault point>`` SIGKILLs the process at that point, once:
   ``CAIRN_TEST_CRASH_MARKER`` names a file created at the crash, and an existing marker
   disarms it, so the resumed worker goes through (tests/publishing.py ``run_killed_at``);
+- ``CAIRN_TEST_CRASH_SKIP=<n>`` lets the process pass the crash point n times first (counted
+  in that process), so a test can kill it in the middle of a loop (a bulk action's runs);
 - ``CAIRN_RETENTION_TEST_PAUSE=<seconds>`` sleeps at ``retention.batch``, inside the
   batch's transaction, so a test can kill the job mid-batch
   (tests/retention_support.py ``start_job``).
@@ -24,12 +26,18 @@ import time
 
 CRASH_AT = "CAIRN_TEST_CRASH_AT"
 CRASH_MARKER = "CAIRN_TEST_CRASH_MARKER"
+CRASH_SKIP = "CAIRN_TEST_CRASH_SKIP"
 RETENTION_PAUSE = "CAIRN_RETENTION_TEST_PAUSE"
+
+
+_passed: dict[str, int] = {}
 
 
 def inject(point: str) -> None:
     if os.environ.get(CRASH_AT) == point:
-        _crash_once(point)
+        _passed[point] = _passed.get(point, 0) + 1
+        if _passed[point] > int(os.environ.get(CRASH_SKIP) or 0):
+            _crash_once(point)
     if point == "retention.batch":
         pause = float(os.environ.get(RETENTION_PAUSE) or 0)
         if pause:

@@ -15,7 +15,7 @@ from django.db import models
 from django.utils import timezone
 
 from approvals.models import ApprovalDecision, ApprovalRequest, Delegation
-from checkpoints.models import ExternalOperation, Run, WorkflowDefinition
+from checkpoints.models import BulkAction, ExternalOperation, Run, WorkflowDefinition
 from runtime.services.operations import operation_reserve
 from tenants.models import ApiToken, AuditEvent
 from tenants.services import Actor, token_issue
@@ -75,6 +75,10 @@ NOT_FREE_TEXT = {
     "checkpoints.ExternalOperation.request_sealed": "sealed (and scanned as a request)",
     "checkpoints.ExternalOperation.result_sealed": "sealed (and scanned as a result)",
     "checkpoints.OutboxMessage.kind": "an event name Cairn chooses",
+    "checkpoints.BulkAction.action": "one of the bulk actions' names",
+    "checkpoints.BulkAction.actor_label": "a username",
+    "checkpoints.BulkAction.step": "a step name, checked by each run's retry",
+    "checkpoints.BulkActionRun.detail": "a refusal's sentence a service composed",
     "checkpoints.OutboxMessage.payload": "ids, versions and keys Cairn composes",
     "checkpoints.RunnerWebhook.url": "checked by cairn.outbound: no userinfo",
     "approvals.NotificationPreference.chat_url": "checked by cairn.outbound: no userinfo",
@@ -208,6 +212,22 @@ FREE_TEXT: dict[str, tuple[Callable[[dict], object], Callable[[], models.QuerySe
     "checkpoints.Run.status_reason": (
         lambda w: _post(w["bob"], f"/api/v1/runs/{w['run'].id}/actions/cancel", {"reason": SECRET}),
         lambda: Run.objects.filter(status_reason__contains=SECRET),
+    ),
+    "checkpoints.BulkAction.reason": (
+        lambda w: _post(
+            w["bob"],
+            "/api/v1/bulk-actions",
+            {"action": "pause", "reason": SECRET, "run_ids": [str(w["run"].id)]},
+        ),
+        lambda: BulkAction.objects.filter(reason__contains=SECRET),
+    ),
+    "checkpoints.BulkAction.selection": (
+        lambda w: _post(
+            w["bob"],
+            "/api/v1/bulk-actions",
+            {"action": "pause", "reason": "r", "filter": {"state": SECRET}},
+        ),
+        lambda: BulkAction.objects.filter(selection__filter__state=SECRET),
     ),
     "checkpoints.Run.pause_reason": (
         lambda w: _post(w["bob"], f"/api/v1/runs/{w['run'].id}/actions/pause", {"reason": SECRET}),

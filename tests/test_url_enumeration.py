@@ -21,6 +21,7 @@ from approvals.services.delegations import delegation_create
 from checkpoints.models import Run
 from checkpoints.services.artifacts import artifact_store
 from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
+from runtime.services.bulk import bulk_action_start
 from tenants.grants import run_grant_create
 from tenants.members import member_invite
 from tenants.models import AuditEvent
@@ -68,6 +69,9 @@ REQUIRED: dict[str, str] = {
     "api:run-fork": OPERATOR,
     "api:run-fork-preview": OPERATOR,
     "api:run-grant-budget": OPERATOR,
+    "api:bulk-actions": OPERATOR,
+    "api:bulk-action": OPERATOR,
+    "api:bulk-action-refusals": OPERATOR,
     "api:artifacts": OPERATOR,
     "api:artifact": OPERATOR,
     "api:artifact-content": OPERATOR,
@@ -124,6 +128,9 @@ REQUIRED: dict[str, str] = {
     "console:evidence_download": OPERATOR,
     "console:health": OPERATOR,
     "console:run_start": OPERATOR,
+    "console:bulk_new": OPERATOR,
+    "console:bulk_detail": OPERATOR,
+    "console:bulk_progress": OPERATOR,
     "approvals:mine": REVIEWER,
     "approvals:notifications": REVIEWER,  # one's own preferences
     "approvals:delegations": REVIEWER,  # one's own delegations
@@ -158,6 +165,7 @@ ROW_PARAMS = {
     "grant_id",
     "name",  # a reviewer group's name
     "delegation_id",
+    "bulk_action_id",
 }
 # Routes that name an acme row in the body rather than the path: charlie's request must
 # change nothing of acme's (checked at the end), and answer this status where one is given.
@@ -239,7 +247,16 @@ def acme_rows(acme, alice, bob, carol, charlie, run) -> Acme:  # noqa: ANN001
     reviewer_group_member_add(
         tenant=acme, name="acme-legal-7", username="carol", actor=Actor(user=alice)
     )
+    bulk = bulk_action_start(
+        tenant=acme,
+        actor=Actor(user=bob),
+        action="pause",
+        reason="r",
+        run_ids=[run.pk],
+        selection={"ticked": True},
+    )
     values = {
+        "bulk_action_id": bulk.pk,
         "run_id": run.pk,
         "sequence": 1,
         "artifact_id": artifact.pk,
@@ -283,6 +300,13 @@ def acme_rows(acme, alice, bob, carol, charlie, run) -> Acme:  # noqa: ANN001
         ("api:webhook", "PUT"): {"url": "http://127.0.0.1:1/h"},
         ("api:run-resume", "POST"): {"expected_version": run.version},
         ("api:run-cancel", "POST"): {"reason": "r"},
+        ("api:bulk-actions", "POST"): {
+            "action": "pause",
+            "reason": "r",
+            "run_ids": [str(run.pk)],
+            "dry_run": True,
+        },
+        ("console:bulk_new", "POST"): {"action": "pause", "reason": "r"},
         ("api:run-pause", "POST"): {"reason": "r"},
         ("api:run-retry", "POST"): {"step": "draft_answer", "reason": "r"},
         ("api:run-fork", "POST"): {"from_sequence": 1, "reason": "r"},

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -36,13 +37,23 @@ TASK_FOR_KIND = {
     # Reviewer notifications (the approvals app's tasks, named here, never imported).
     "approval.notify": "approvals.notify_plan",
     "approval.deliver": "approvals.notification_deliver",
+    # A bulk action's work (runtime.services.bulk); its message names no single run.
+    "bulk.process": "runtime.bulk_action_process",
 }
 
 
 def outbox_enqueue(
-    *, run: Run, kind: str, payload: dict[str, Any], available_at: datetime | None = None
+    *,
+    run: Run | None,
+    kind: str,
+    payload: dict[str, Any],
+    available_at: datetime | None = None,
+    tenant_id: UUID | None = None,
 ) -> OutboxMessage:
     """Insert a message in the caller's transaction and publish it right after commit.
+
+    A command about no single run (a bulk action's) has ``run`` None and names its
+    ``tenant_id``.
 
     An event no task consumes (``run.checkpointed`` of an externally driven run) is recorded
     as already sent: it is history for integrations, and claiming it would cost two more
@@ -50,7 +61,7 @@ def outbox_enqueue(
     """
     consumed = kind in TASK_FOR_KIND
     message = OutboxMessage.objects.create(
-        tenant_id=run.tenant_id,
+        tenant_id=run.tenant_id if run is not None else tenant_id,
         run=run,
         kind=kind,
         payload=payload,

@@ -102,7 +102,12 @@ def locked_run(*, tenant: Tenant, run_id: UUID | str) -> Run:
             .get(tenant=tenant, pk=run_id)
         )
     except (Run.DoesNotExist, ValueError, ValidationError):
-        raise NotFound("No such run.")
+        raise no_such_run()
+
+
+def no_such_run() -> NotFound:
+    """The refusal for a run id the tenant has no run by (another tenant's run alike)."""
+    return NotFound("No such run.")
 
 
 def stale_version_error(run: Run, expected_version: int) -> ConcurrentCheckpointWrite:

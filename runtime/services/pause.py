@@ -56,6 +56,13 @@ def pause_refusal(run: Run) -> str:
     return ""
 
 
+def unpause_refusal(run: Run) -> str:
+    """Why ``run`` cannot be unpaused, or ""."""
+    if not run.paused:
+        return "The run is not paused; there is nothing to unpause."
+    return ""
+
+
 def _carried_on(run: Run) -> bool:
     """Whether a worker would carry ``run`` on once it has its command: a worker run that is
     running, reconciling, waiting for a retry, or waiting at an approval already decided."""
@@ -142,8 +149,9 @@ def run_unpause(
     with transaction.atomic():
         run = locked_run(tenant=tenant, run_id=run_id)
         version_check(run, expected_version)
-        if not run.paused:
-            raise RunNotActive("The run is not paused; there is nothing to unpause.")
+        refusal = unpause_refusal(run)
+        if refusal:
+            raise RunNotActive(refusal)
         Run.objects.filter(pk=run.pk).update(
             paused=False, pause_reason="", updated_at=timezone.now()
         )

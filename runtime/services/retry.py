@@ -156,6 +156,31 @@ def retry_run_refusal(run: Run) -> CairnError | None:
     return finished_refusal(run, "retried") or exhausted_refusal(run, "retried")
 
 
+def retry_check(run: Run, step: str) -> StepChoice:
+    """Every refusal ``run_retry`` raises for ``step`` on the run as it is, in its order, or
+    the step to run again: the service calls it under the run's lock, and a bulk retry's dry
+    run asks it of each selected run. Raises RunNotActive, UnknownStep, ActionNotAllowed or
+    BudgetExhausted."""
+    spent = retry_run_refusal(run)
+    if isinstance(spent, RunNotActive):
+        raise spent
+    choice = _resolve_step(run, step)
+    refusal = retry_refusal(run, choice)
+    if refusal:
+        raise ActionNotAllowed(refusal, fields={"step": "not retryable now"})
+    keys = list(operations_open(run=run).values_list("idempotency_key", flat=True))
+    if keys or run.status not in RETRYABLE:
+        raise ActionNotAllowed(
+            "The run has operations whose outcome is not settled ("
+            + (", ".join(keys) or "reconciling")
+            + "); reconcile them or record their outcome before retrying a step, so "
+            "that no side effect is repeated blindly."
+        )
+    if spent:
+        raise spent
+    return choice
+
+
 def run_retry(
     *,
     tenant: Tenant,
@@ -187,23 +212,7 @@ def run_retry(
     with transaction.atomic():
         run = locked_run(tenant=tenant, run_id=run_id)
         expected = version_check(run, expected_version)
-        spent = retry_run_refusal(run)
-        if isinstance(spent, RunNotActive):
-            raise spent
-        choice = _resolve_step(run, step)
-        refusal = retry_refusal(run, choice)
-        if refusal:
-            raise ActionNotAllowed(refusal, fields={"step": "not retryable now"})
-        keys = list(operations_open(run=run).values_list("idempotency_key", flat=True))
-        if keys or run.status not in RETRYABLE:
-            raise ActionNotAllowed(
-                "The run has operations whose outcome is not settled ("
-                + (", ".join(keys) or "reconciling")
-                + "); reconcile them or record their outcome before retrying a step, so "
-                "that no side effect is repeated blindly."
-            )
-        if spent:
-            raise spent
+        choice = retry_check(run, step)
         control = dict(latest_envelope(run).get("control") or {})
         control.update(
             {"actor": actor.name, "reason": reason, "action": "retry", "next_eligible_at": None}

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('checkpoints', '0014_run_operator_pause'),
+        ('checkpoints', '0015_bulk_actions'),
     ]
 
     operations = [
