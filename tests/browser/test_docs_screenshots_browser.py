@@ -1,6 +1,6 @@
 """The console screenshots the README shows, taken in a real browser from data the real demo
-workflow made: the runs list, a finished run's page with its checkpoint timeline, and a
-reviewer's page for a draft under review.
+workflow made: the runs list, a finished run's page with its checkpoint timeline and step
+history, a bulk cancel's dry run, and a reviewer's page for a draft under review.
 
 By default each screenshot goes to a temporary directory and is checked to be a real,
 non-blank PNG of the viewport's size. ``CAIRN_SCREENSHOTS_DIR=docs/images`` writes them
@@ -28,7 +28,7 @@ from tests.factories import TenantFactory, UserFactory
 ROOT = Path(__file__).resolve().parents[2]
 VIEWPORT = {"width": 1280, "height": 800}
 # Every committed image the README embeds; the test writes each of them.
-SCREENSHOTS = ("runs", "run", "review")
+SCREENSHOTS = ("runs", "run", "bulk", "review")
 
 
 @pytest.fixture
@@ -150,6 +150,17 @@ def test_the_readme_screenshots_show_the_demo_in_the_console(
         page.locator("#machine-title").evaluate("heading => heading.scrollIntoView()")
         expect(page.locator("#timeline-title")).to_be_in_viewport()
         take(page, shots, "run")
+
+        # A bulk action's dry run: every run the list's filter selects, and what each
+        # would do or why it is refused, before anything changes.
+        page.goto(f"{live_server.url}/runs/")
+        page.get_by_role("link", name="Act on every run matching these filters…").click()
+        page.get_by_label("Action").select_option("cancel")
+        page.get_by_label("Reason").fill("the demo questions are answered elsewhere")
+        page.get_by_role("button", name="Review what will happen").click()
+        expect(page.locator("[data-actionable]")).to_have_text("3")
+        expect(page.locator("[data-refused]")).to_have_text("2")
+        take(page, shots, "bulk")
 
         page.context.clear_cookies()
         login(page, people["reviewer"])
