@@ -68,12 +68,14 @@ def seed_bulk(tenant, workflow, runs: int, checkpoints: int) -> None:  # noqa: A
             INSERT INTO {run_t} (id, tenant_id, workflow_id, workflow_type, workflow_version,
                 execution, objective_ref, state, step, status, status_reason, version,
                 checkpoint_sequence, latest_checkpoint_sha256, lease_owner, restore_count,
-                budget_limits, budget_used, legal_hold, created_at, updated_at)
+                budget_limits, budget_used, legal_hold, trace_context, paused, pause_reason,
+                created_at, updated_at)
             SELECT gen_random_uuid(), %s, %s, 'research', '1', 'external',
                 'ticket-' || n, ({states})[1 + n %% 6], 'step', {status_case_sql()}, '', %s,
                 %s, md5(n::text) || md5((n + 1)::text), '', (n %% 13)::int,
                 '{{"max_attempts": 10, "max_tokens": 100000}}'::jsonb,
-                '{{"attempts_used": 3, "tokens_used": 4200}}'::jsonb, false,
+                '{{"attempts_used": 3, "tokens_used": 4200}}'::jsonb, false, '',
+                n %% 500 = 0, CASE WHEN n %% 500 = 0 THEN 'bench: held' ELSE '' END,
                 now() - (n || ' seconds')::interval, now() - ((n / 2) || ' seconds')::interval
             FROM generate_series(1, %s) AS n
             """,
@@ -106,9 +108,10 @@ def seed_bulk(tenant, workflow, runs: int, checkpoints: int) -> None:  # noqa: A
             f"""
             INSERT INTO {op_t} (id, tenant_id, run_id, step, idempotency_key, action, target,
                 request_fingerprint, provider, request_sealed, client_reference, status,
-                provider_operation_id, result_sealed, reason, attempts, created_at, updated_at)
+                provider_operation_id, provider_job_id, result_sealed, reason, attempts,
+                created_at, updated_at)
             SELECT gen_random_uuid(), r.tenant_id, r.id, 'publish', 'bench-' || r.id, 'publish',
-                't', 'f', 'blog', '', '', 'pending', '', '', '', 1,
+                't', 'f', 'blog', '', '', 'pending', '', '', '', '', 1,
                 now() - interval '1 hour', now() - interval '1 hour'
             FROM {run_t} r WHERE r.tenant_id = %s AND r.restore_count = 7
                 AND r.status IN ('running', 'reconciling')
@@ -124,8 +127,10 @@ def seed_bulk(tenant, workflow, runs: int, checkpoints: int) -> None:  # noqa: A
 
 def seed_real_runs(tenant, user, count: int, checkpoints: int) -> list:  # noqa: ANN001
     """Runs made through the services, with evidence, whose pages are timed."""
+    from django.utils import timezone
+
     from checkpoints.services.artifacts import artifact_store
-    from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
+    from checkpoints.services.checkpoints import CommitRequest, StepAttempt, checkpoint_commit
     from runtime.services.runs import run_create
     from tenants.services import Actor
 
@@ -162,6 +167,26 @@ def seed_real_runs(tenant, user, count: int, checkpoints: int) -> list:  # noqa:
                         "budgets": {"attempts_used": sequence, "tokens_used": 100 * sequence},
                     },
                     actor=actor,
+                    # Step history, as a worker's step records it (the timeline shows it).
+                    attempt=StepAttempt(
+                        number=sequence,
+                        step=f"step-{sequence}",
+                        worker="bench-worker",
+                        started_at=timezone.now(),
+                        duration_ms=40 + sequence,
+                        outcome="committed",
+                        model_calls=(
+                            {
+                                "model": "bench-model",
+                                "provider": "bench",
+                                "input_tokens": 60,
+                                "output_tokens": 40,
+                                "cost": 0.0002,
+                                "prompt": {"id": str(draft.pk), "sha256": draft.sha256},
+                                "response": {"id": str(draft.pk), "sha256": draft.sha256},
+                            },
+                        ),
+                    ),
                 ),
             )
             version += 1
@@ -172,7 +197,7 @@ def seed_real_runs(tenant, user, count: int, checkpoints: int) -> list:  # noqa:
 def median_ms(client, url: str, rounds: int, **params) -> tuple[float, float, int]:  # noqa: ANN001, ANN003
     """Median wall time and median CPU time of this process (Python only, no database)."""
     response = client.get(url, params)  # warm-up: connection, template loading
-    assert response.status_code == 200, (url, response.status_code)
+    assert response.status_code == 200, (url, response.status_code, response.content[-2000:])
     wall, cpu = [], []
     for _ in range(rounds):
         started, started_cpu = time.perf_counter(), time.process_time()
@@ -206,6 +231,9 @@ def main() -> None:
     from django.core.management import call_command
     from django.test import Client
     from django.urls import reverse
+
+    # Production settings serve static files from the manifest: build it, as a deploy does.
+    call_command("collectstatic", interactive=False, verbosity=0)
 
     from checkpoints.models import Run
     from checkpoints.services.workflows import workflow_register
@@ -253,6 +281,17 @@ def main() -> None:
         ),
         ("rows refresh (htmx poll, 50 rows)", reverse("console:run_rows"), {"ids": None}),
         ("run detail (10 checkpoints)", reverse("console:run_detail", args=[real[0].pk]), {}),
+        (
+            "run snapshot poll, run moved (every card)",
+            reverse("console:run_snapshot", args=[real[0].pk]),
+            {"seen": 1},
+        ),
+        (
+            "bulk action page, selection by filter",
+            reverse("console:bulk_new"),
+            {"q": "ticket-424"},
+        ),
+        ("health", reverse("console:health"), {}),
         (
             "checkpoint detail (diff + chain check)",
             reverse("console:checkpoint_detail", args=[real[0].pk, args.checkpoints]),
