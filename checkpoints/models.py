@@ -88,6 +88,9 @@ class Run(models.Model):
     # The head of the hash chain, so a commit needs no lookup to find its parent.
     latest_checkpoint_id = models.UUIDField(null=True, blank=True)
     latest_checkpoint_sha256 = models.CharField(max_length=64, blank=True)
+    # When the head checkpoint was written (its ``created_at``, set by the same writes), so
+    # the age of an active run's head is read from the runs alone (Health, the metrics).
+    latest_checkpoint_at = models.DateTimeField(null=True, blank=True)
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     next_eligible_at = models.DateTimeField(null=True, blank=True)
@@ -127,6 +130,12 @@ class Run(models.Model):
             ),
             models.Index(
                 fields=["tenant", "workflow_type", "status"], name="run_tenant_wf_status_idx"
+            ),
+            # The oldest heads of a tenant's active runs (Health: the stuck-est runs first).
+            models.Index(
+                fields=["tenant", "latest_checkpoint_at"],
+                condition=Q(status__in=sorted(ACTIVE_STATUSES)),
+                name="run_active_head_age_idx",
             ),
             # The paused runs of a tenant (the runs page's Paused chip and filter).
             models.Index(fields=["tenant"], condition=Q(paused=True), name="run_paused_idx"),

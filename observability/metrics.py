@@ -30,7 +30,6 @@ from prometheus_client.registry import Collector
 
 from checkpoints.models import (
     ACTIVE_STATUSES,
-    Checkpoint,
     ExternalOperation,
     OperationStatus,
     OutboxMessage,
@@ -75,12 +74,12 @@ def _runs() -> GaugeMetricFamily:
 
 
 def _checkpoint_ages(now: datetime) -> Iterator[Metric]:
-    latest = Run.objects.filter(status__in=ACTIVE_STATUSES).values("latest_checkpoint_id")
+    # Each active run's row says when its head checkpoint was written: no checkpoint read.
     heads = [
-        (status, max(0.0, (now - created).total_seconds()))
-        for status, created in Checkpoint.objects.filter(pk__in=latest).values_list(
-            "run__status", "created_at"
-        )
+        (status, max(0.0, (now - written).total_seconds()))
+        for status, written in Run.objects.filter(
+            status__in=ACTIVE_STATUSES, latest_checkpoint_at__isnull=False
+        ).values_list("status", "latest_checkpoint_at")
     ]
     ages = [age for _, age in heads]
     buckets = [(_le(bound), sum(1 for age in ages if age <= bound)) for bound in AGE_BUCKETS]

@@ -276,6 +276,7 @@ def _move(d: _Dialect) -> str:
         checkpoint_sequence = {d.p("sequence", "bigint")},
         latest_checkpoint_id = {d.p("checkpoint_id", "uuid")},
         latest_checkpoint_sha256 = {d.p("sha256", "text")},
+        latest_checkpoint_at = {d.p("now", "timestamptz")},
         state = {d.p("state", "text")},
         step = {d.p("step", "text")},
         status = {d.p("status", "text")},

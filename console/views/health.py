@@ -7,7 +7,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from checkpoints.models import ACTIVE_STATUSES, Checkpoint, Run, RunStatus
+from checkpoints.models import ACTIVE_STATUSES, Run, RunStatus
 from console.conditional import conditional
 from console.run_reads import optional_selector
 from console.selectors import stalled_operations, status_and_paused_counts
@@ -34,11 +34,12 @@ def health(request: HttpRequest) -> HttpResponse:
     runs = Run.objects.filter(tenant=tenant)
     counts, paused = status_and_paused_counts(runs)
     active = runs.filter(status__in=ACTIVE_STATUSES)
-    # The latest checkpoint of each active run; the oldest of those is the stuck-est run.
+    # The active runs whose head checkpoint is oldest: the stuck-est runs (the run's row
+    # says when its head was written; a partial index walks them oldest first).
     oldest = list(
-        Checkpoint.objects.filter(tenant=tenant, pk__in=active.values("latest_checkpoint_id"))
-        .only("run_id", "sequence", "state", "created_at")
-        .order_by("created_at")[:LIST_LIMIT]
+        active.filter(latest_checkpoint_at__isnull=False)
+        .only("id", "checkpoint_sequence", "state", "latest_checkpoint_at")
+        .order_by("latest_checkpoint_at")[:LIST_LIMIT]
     )
     threshold = _restore_threshold(request)
     restored = runs.filter(restore_count__gt=threshold)
@@ -57,7 +58,7 @@ def health(request: HttpRequest) -> HttpResponse:
         "counts": [(s, label, counts[s]) for s, label in RunStatus.choices],
         "total": sum(counts.values()),
         "paused_count": paused,
-        "oldest": [(cp, now - cp.created_at) for cp in oldest],
+        "oldest": oldest,
         "restore_threshold": threshold,
         "restored": list(restored.order_by("-restore_count", "-pk")[:LIST_LIMIT]),
         "restored_count": restored.count(),

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from cairn.errors import InvalidRequest, PayloadTooLarge, SecretInEnvelope, UnknownWorkflow
 from checkpoints.envelope import canonical_json, find_secret
@@ -189,6 +190,7 @@ def genesis(
     prepared = envelope_prepare(envelope)
     run.latest_checkpoint_id = checkpoint_id
     run.latest_checkpoint_sha256 = prepared.sha256
+    run.latest_checkpoint_at = timezone.now()  # the checkpoint's, written just after
     run.budget_used = {
         k: envelope["budgets"][k]
         for k in ("attempts_used", "tokens_used", "cost_used", "elapsed_seconds")
