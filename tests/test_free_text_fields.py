@@ -63,6 +63,11 @@ NOT_FREE_TEXT = {
     "checkpoints.Checkpoint.state": "a state of the run's definition",
     "checkpoints.Checkpoint.step": "a step of the run's definition",
     "checkpoints.Checkpoint.envelope_sealed": "sealed (and scanned as an envelope)",
+    "checkpoints.Checkpoint.attempt": (
+        "composed by the worker: numbers, times, the step and exception class names, the "
+        "model's name, artifact ids; the message, traceback, prompt and response are "
+        "encrypted artifacts"
+    ),
     "checkpoints.Checkpoint.key_id": "a key id",
     "checkpoints.Checkpoint.sha256": "a hash",
     "checkpoints.Checkpoint.parent_sha256": "a hash",

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.django_db
 
 NUL = "a\x00b"
 # Audit events that opening a page writes (decrypting reads, exports), not a form's effect.
-READS = ("checkpoint.read", "artifact.read", "audit.exported", "evidence.export")
+READS = ("checkpoint.read", "artifact.read", "operation.read", "audit.exported", "evidence.export")
 
 
 def nul_refused(response, what: str) -> str | None:  # noqa: ANN001
