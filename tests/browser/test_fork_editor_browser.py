@@ -36,9 +36,8 @@ def choose_checkpoint(page, actions, sequence: str) -> None:  # noqa: ANN001
         actions.get_by_label("From checkpoint").select_option(sequence)
     # The response is in; its swap may not be yet (an edit made before it would be
     # replaced by the chosen checkpoint's values): wait until htmx is done with it.
-    page.wait_for_function(
-        "!document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling, .htmx-added')"
-    )
+    busy = page.locator(".htmx-request, .htmx-swapping, .htmx-settling, .htmx-added")
+    expect(busy).to_have_count(0)
 
 
 def test_an_operator_edits_the_inputs_and_sees_each_change_before_the_fork(
