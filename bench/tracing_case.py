@@ -255,9 +255,7 @@ def _step_rows(tenant, endpoint: str) -> list[Measurement]:  # noqa: ANN001
                 this[system].append(run_on(system))
             for system, values in this.items():
                 samples[system] += values
-            round_ratios.append(
-                statistics.median(this[TRACED]) / statistics.median(this["cairn"])
-            )
+            round_ratios.append(statistics.median(this[TRACED]) / statistics.median(this["cairn"]))
         time.sleep(6)  # its last batch exported (OTEL_BSP_SCHEDULE_DELAY, 5 s)
         spent = {s: _cpu_seconds(w.pid) - cpu[s] for s, w in workers.items()}
     finally:
@@ -265,35 +263,39 @@ def _step_rows(tenant, endpoint: str) -> list[Measurement]:  # noqa: ANN001
         for worker in workers.values():
             worker.terminate()
             worker.wait(timeout=30)
-    return [
-        Measurement(
-            "tracing",
-            system,
-            "per step, six-step run on a worker",
-            samples=values,
-            note=NOTE if system == TRACED else "",
-        )
-        for system, values in samples.items()
-    ] + [
-        Measurement(
-            "tracing",
-            system,
-            "per step, six-step run on a worker, the worker's CPU time",
-            samples=[spent[system] * 1000 / (len(samples[system]) * 6)],
-            note=CPU_NOTE,
-        )
-        for system in samples
-    ] + [
-        Measurement(
-            "tracing",
-            TRACED,
-            f"per step, six-step run on a worker: median of {STEP_ROUNDS} interleaved "
-            "rounds' ratios (traced over untraced)",
-            unit="×",
-            samples=round_ratios,
-            note=ROUNDS_NOTE + ", ".join(f"{r:.3f}" for r in sorted(round_ratios)),
-        )
-    ]
+    return (
+        [
+            Measurement(
+                "tracing",
+                system,
+                "per step, six-step run on a worker",
+                samples=values,
+                note=NOTE if system == TRACED else "",
+            )
+            for system, values in samples.items()
+        ]
+        + [
+            Measurement(
+                "tracing",
+                system,
+                "per step, six-step run on a worker, the worker's CPU time",
+                samples=[spent[system] * 1000 / (len(samples[system]) * 6)],
+                note=CPU_NOTE,
+            )
+            for system in samples
+        ]
+        + [
+            Measurement(
+                "tracing",
+                TRACED,
+                f"per step, six-step run on a worker: median of {STEP_ROUNDS} interleaved "
+                "rounds' ratios (traced over untraced)",
+                unit="×",
+                samples=round_ratios,
+                note=ROUNDS_NOTE + ", ".join(f"{r:.3f}" for r in sorted(round_ratios)),
+            )
+        ]
+    )
 
 
 def _cpu_seconds(pid: int) -> float:

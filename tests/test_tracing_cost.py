@@ -47,10 +47,12 @@ def test_a_traced_six_step_run_is_seven_spans_and_heartbeats_trace_nothing(
         beat = WorkerHeartbeat.objects.get()
         # Several beats after the run, each one a statement the worker made outside any span.
         wait_for(
-            lambda: WorkerHeartbeat.objects.filter(
-                pk=beat.pk, last_seen_at__gt=beat.last_seen_at
-            ).count()
-            and len(_worker_spans(receiver)) >= 7,
+            lambda: (
+                WorkerHeartbeat.objects.filter(
+                    pk=beat.pk, last_seen_at__gt=beat.last_seen_at
+                ).count()
+                and len(_worker_spans(receiver)) >= 7
+            ),
             what="a later heartbeat and the run's spans exported",
         )
         first = WorkerHeartbeat.objects.get().last_seen_at
