@@ -48,8 +48,8 @@ CPU_NOTE = (
 ROUNDS = 60 if QUICK else 400
 BLOCK = 40
 # The step rows: rounds of runs on each worker, alternating (ABBA) within a round.
-STEP_ROUNDS = 4 if QUICK else 15
-RUNS_PER_ROUND = 6 if QUICK else 12
+STEP_ROUNDS = 5 if QUICK else 20
+RUNS_PER_ROUND = 4 if QUICK else 10
 ROUNDS_NOTE = "the rounds' ratios, sorted: "
 TRACED = "cairn-traced"
 NOTE = (
