@@ -39,6 +39,7 @@ from django.utils import timezone
 
 from cairn import clock
 from checkpoints.models import WorkerHeartbeat
+from telemetry import tracing
 
 log = logging.getLogger("cairn.runtime")
 
@@ -136,6 +137,13 @@ class _HeartbeatThread(threading.Thread):
         return now - self._steady_since
 
     def run(self) -> None:
+        # A beat is a protocol statement, as a lease renewal is: not traced one by one (a
+        # statement span each second, each the root of a trace of its own, would tell
+        # nothing the heartbeat table and the workers gauge do not).
+        with tracing.protocol_statements():
+            self._beat_forever()
+
+    def _beat_forever(self) -> None:
         interval = float(settings.CAIRN_WORKER_HEARTBEAT_SECONDS)
         try:
             while True:

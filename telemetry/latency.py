@@ -21,6 +21,7 @@ from django.db import DatabaseError, transaction
 from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
+from telemetry import tracing
 from telemetry.models import CommitLatencySample, MetricTotal
 
 log = logging.getLogger("cairn.metrics")
@@ -58,9 +59,12 @@ def latency_flush() -> int:
     if not samples:
         return 0
     try:
-        CommitLatencySample.objects.bulk_create(
-            [CommitLatencySample(seconds=value) for value in samples]
-        )
+        # Metrics bookkeeping, whichever commit happens to flush it: not a span of that
+        # commit's step (tracing.protocol_statements).
+        with tracing.protocol_statements():
+            CommitLatencySample.objects.bulk_create(
+                [CommitLatencySample(seconds=value) for value in samples]
+            )
     except DatabaseError:
         log.warning("commit latency samples not recorded", exc_info=True)
         return 0
