@@ -523,21 +523,12 @@ class _Advance:
             error_type=type(error).__name__ if error is not None else "",
             traceback=traceback_ref,
         )
-        if kind == "fail":
-            groups = self.groups(
-                restored, used=used, reason=reason, side_effects=side_effects, evidence=evidence
-            )
-            return self.commit(
-                state=self.run.state,
-                step="",
-                groups=groups,
-                status=RunStatus.FAILED,
-                reason=reason,
-                attempt=record,
-            )
-        delay = settings.CAIRN_RETRY_DELAY_SECONDS if delay is None else max(0.0, float(delay))
-        eligible = clock.now() + timedelta(seconds=delay)  # due on the database's clock
-        reason = f"attempt {attempts} ({spec.name}) failed: {reason}"
+        status, eligible = RunStatus.FAILED, None
+        if kind != "fail":
+            delay = settings.CAIRN_RETRY_DELAY_SECONDS if delay is None else max(0.0, float(delay))
+            eligible = clock.now() + timedelta(seconds=delay)  # due on the database's clock
+            reason = f"attempt {attempts} ({spec.name}) failed: {reason}"
+            status = RunStatus.WAITING_RETRY
         groups = self.groups(
             restored,
             used=used,
@@ -550,7 +541,7 @@ class _Advance:
             state=self.run.state,
             step="",
             groups=groups,
-            status=RunStatus.WAITING_RETRY,
+            status=status,
             reason=reason,
             next_eligible_at=eligible,
             attempt=record,

@@ -139,3 +139,28 @@ def verify_offline(bundle: Path, key: Path) -> subprocess.CompletedProcess:
         text=True,
         timeout=60,
     )
+
+
+def evidence_downloaded_and_checked(page, run_url: str, tmp_path: Path, run_id: object) -> Path:  # noqa: ANN001
+    """In the browser, download the run's signed evidence from its page; it verifies
+    offline (a separate process, the published public key), and a copy with one byte
+    flipped does not. Returns the downloaded bundle."""
+    from approvals.signing import evidence_signing_key
+
+    page.goto(run_url)
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download signed evidence").click()
+    bundle = tmp_path / download.value.suggested_filename
+    download.value.save_as(bundle)
+    key = tmp_path / "evidence-key.pem"
+    key.write_text(evidence_signing_key().public_pem)
+    good = verify_offline(bundle, key)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert f"VERIFIED: run {run_id}" in good.stdout
+    data = bytearray(bundle.read_bytes())
+    data[len(data) // 3] ^= 0x04
+    tampered = tmp_path / f"tampered-{bundle.name}"
+    tampered.write_bytes(bytes(data))
+    bad = verify_offline(tampered, key)
+    assert bad.returncode == 1 and "NOT VERIFIED" in bad.stdout
+    return bundle

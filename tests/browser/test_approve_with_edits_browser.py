@@ -15,13 +15,12 @@ from playwright.sync_api import expect
 
 import tests.runtime_workflows  # noqa: F401 - declares research_quorum in this process too
 from approvals.models import ApprovalRequest, ApprovalStatus
-from approvals.signing import evidence_signing_key
 from checkpoints.models import Checkpoint, Run, RunStatus
 from checkpoints.services.artifacts import artifact_content
 from runtime.services.runs import run_create
 from tenants.reviewer_groups import reviewer_group_create, reviewer_group_member_add
 from tenants.services import Actor, member_set_role
-from tests.evidence_support import verify_offline
+from tests.evidence_support import evidence_downloaded_and_checked
 from tests.factories import UserFactory
 from tests.smtp_support import PUBLIC_URL, smtp_worker_env
 from tests.worker_fixtures import wait_for
@@ -140,19 +139,7 @@ def test_a_reviewer_edits_the_draft_the_quorum_restarts_and_the_edit_is_publishe
     # 5. The signed evidence verifies offline, and fails after a one-byte change.
     page.context.clear_cookies()
     login(page, bob)
-    page.goto(f"{live_server.url}/runs/{run.pk}/")
-    with page.expect_download() as download:
-        page.get_by_role("link", name="Download signed evidence").click()
-    bundle = tmp_path / download.value.suggested_filename
-    download.value.save_as(bundle)
-    key = tmp_path / "evidence-key.pem"
-    key.write_text(evidence_signing_key().public_pem)
-    good = verify_offline(bundle, key)
-    assert good.returncode == 0, good.stdout + good.stderr
-    assert f"VERIFIED: run {run.pk}" in good.stdout
+    bundle = evidence_downloaded_and_checked(
+        page, f"{live_server.url}/runs/{run.pk}/", tmp_path, run.pk
+    )
     assert edited_sha in bundle.read_text() and first.artifact_sha256 in bundle.read_text()
-    data = bytearray(bundle.read_bytes())
-    data[len(data) // 3] ^= 0x04
-    bundle.write_bytes(bytes(data))
-    bad = verify_offline(bundle, key)
-    assert bad.returncode == 1 and "NOT VERIFIED" in bad.stdout
