@@ -99,7 +99,7 @@ def seed_bulk(tenant, workflow, runs: int, checkpoints: int) -> None:  # noqa: A
         started = time.perf_counter()
         cur.execute(
             f"""
-            UPDATE {run_t} r SET latest_checkpoint_id = c.id
+            UPDATE {run_t} r SET latest_checkpoint_id = c.id, latest_checkpoint_at = c.created_at
             FROM {cp_t} c WHERE c.run_id = r.id AND c.sequence = r.checkpoint_sequence
             """
         )
