@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import io
 import pstats
 import statistics
 import sys
@@ -38,6 +39,13 @@ def main() -> int:
     parser.add_argument("--cprofile", type=int, default=0, metavar="N")
     parser.add_argument("--pyinstrument", type=int, default=0, metavar="N")
     parser.add_argument("--explain", action="store_true", help="EXPLAIN ANALYZE the commit")
+    parser.add_argument(
+        "--http",
+        type=int,
+        default=0,
+        metavar="N",
+        help="profile N commits through the whole HTTP stack in process, by layer",
+    )
     args = parser.parse_args()
     rounds = args.rounds
     recreate_database(DB)
@@ -108,6 +116,8 @@ def main() -> int:
         pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
     if args.explain:
         explain(tenant, committer)
+    if args.http:
+        http_layers(tenant, args.size, args.http)
     if args.pyinstrument:
         from pyinstrument import Profiler
 
@@ -118,6 +128,109 @@ def main() -> int:
         profiler.stop()
         print(profiler.output_text(unicode=False, color=False, show_all=False))
     return 0
+
+
+# Where a function's own time (cProfile's tottime) is counted, first match of its file.
+LAYERS = (
+    ("DRF (request, parsers, renderers, serializers, views)", "/rest_framework/"),
+    ("Django (handler, middleware, URL resolving, responses)", "/django/"),
+    ("psycopg (the database round trips)", "/psycopg/"),
+    ("the JSON codecs", "/json/"),
+    ("OpenTelemetry and its instrumentations", "/opentelemetry/"),
+    ("Cairn's commit (checkpoints/)", "/checkpoints/"),
+    ("Cairn's API layer (api/, tenants/)", ("/api/", "/tenants/")),
+    ("cryptography, jsonschema and the rest", ""),
+)
+
+
+def http_layers(tenant, size: int, commits: int) -> None:  # noqa: ANN001
+    """``commits`` commits as a runner sends them (POST /runs/{id}/checkpoints, bearer
+    token, JSON body), through Django's whole stack in this process (no socket, no server):
+    the share of each layer in their own time, and the statements of one commit."""
+    import json
+
+    from django.contrib.auth import get_user_model
+    from django.core.wsgi import get_wsgi_application
+
+    from bench import cairn_side
+    from bench.common import payload
+    from tenants.services import Actor, member_set_role, token_issue
+
+    user, _ = get_user_model().objects.get_or_create(username="profile-client")
+    member_set_role(tenant=tenant, user=user, role="operator", actor=Actor.system("bench"))
+    _, token = token_issue(tenant=tenant, user=user, actor=Actor.system("bench"))
+    run = cairn_side.new_run(tenant)
+    groups = cairn_side.groups(payload(size))
+    application = get_wsgi_application()  # what gunicorn calls, without a socket
+    path = f"/api/v1/runs/{run.id}/checkpoints"
+    version = [run.version]
+
+    def commit() -> None:
+        body = json.dumps(
+            {"expected_version": version[0], "state": "s", "step": "s", "envelope": groups}
+        ).encode()
+        environ = {
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": path,
+            "SERVER_NAME": "127.0.0.1",
+            "SERVER_PORT": "8000",
+            "HTTP_HOST": "127.0.0.1",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "wsgi.url_scheme": "http",
+            "wsgi.input": io.BytesIO(body),
+            "wsgi.errors": sys.stderr,
+            "CONTENT_TYPE": "application/json",
+            "CONTENT_LENGTH": str(len(body)),
+            "HTTP_AUTHORIZATION": f"Bearer {token}",
+        }
+        answered = []
+        chunks = application(environ, lambda status, headers: answered.append(status))
+        data = b"".join(chunks)
+        assert answered[0].startswith("201"), (answered, data[:300])
+        version[0] = json.loads(data)["run_version"]
+
+    for _ in range(20):
+        commit()
+    profile = cProfile.Profile()
+    profile.runcall(lambda: [commit() for _ in range(commits)])
+    stats = pstats.Stats(profile)
+    own: dict[str, float] = {name: 0.0 for name, _ in LAYERS}
+    for (filename, _line, _name), (_cc, _nc, tottime, _ct, _callers) in stats.stats.items():
+        for name, marks in LAYERS:
+            if any(mark in filename for mark in (marks if isinstance(marks, tuple) else (marks,))):
+                own[name] += tottime
+                break
+    total = sum(own.values())
+    print(f"\nThe HTTP commit in process ({commits} commits, {size} B state), own time by layer:")
+    print(f"  {'all':58} {1000 * total / commits:7.3f} ms a commit")
+    for name, seconds in sorted(own.items(), key=lambda item: -item[1]):
+        print(f"  {name:58} {1000 * seconds / commits:7.3f} ms  {100 * seconds / total:5.1f} %")
+    rest = sorted(
+        (
+            (tottime, filename)
+            for (filename, _l, _n), (_c, _nc, tottime, _ct, _cs) in stats.stats.items()
+            if not any(
+                mark in filename
+                for _, marks in LAYERS[:-1]
+                for mark in (marks if isinstance(marks, tuple) else (marks,))
+            )
+        ),
+        reverse=True,
+    )
+    django_own = sorted(
+        (
+            (tottime, f"{filename[filename.find('/django/'):]}:{line} {name}")
+            for (filename, line, name), (_c, _nc, tottime, _ct, _cs) in stats.stats.items()
+            if "/django/" in filename
+        ),
+        reverse=True,
+    )
+    print("  Django's own time, by function:")
+    for tottime, where in django_own[:12]:
+        print(f"    {1000 * tottime / commits:7.3f} ms  {where[-90:]}")
+    print("  of the rest, by file:")
+    for tottime, filename in rest[:8]:
+        print(f"    {1000 * tottime / commits:7.3f} ms  {filename[-70:]}")
 
 
 def explain(tenant, committer) -> None:  # noqa: ANN001

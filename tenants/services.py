@@ -10,7 +10,6 @@ from uuid import UUID
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
@@ -18,6 +17,7 @@ from cairn.credentials import free_text_refuse
 from cairn.errors import InvalidRequest, LastAdmin, TokenNotYours
 from tenants import roles
 from tenants.models import ApiToken, AuditEvent, RunGrant, Tenant, TenantUserObjectPermission
+from tenants.token_sql import held_by, token_row
 from tenants.usernames import account_find, username_key
 
 TOKEN_PREFIX = "cairn_"
@@ -152,38 +152,13 @@ def _admin_count(tenant: Tenant) -> int:
     )
 
 
-def _permission_checks(*, user: object, tenant: object) -> dict[str, Exists]:
-    """The rule for what a member holds in a tenant, as one EXISTS per permission: the three
-    role permissions on the tenant itself (never global perms or superuser status), and
-    ``roles.REVIEW_RUN`` while they hold a run grant there. ``user`` and ``tenant`` are
-    values or ``OuterRef``s, so a token's query asks the same rule in its own statement."""
-    held = {
-        f"holds_{codename}": Exists(
-            TenantUserObjectPermission.objects.filter(
-                user=user, content_object=tenant, permission__codename=codename
-            )
-        )
-        for codename in (roles.REVIEW, roles.OPERATE, roles.ADMIN)
-    }
-    held[f"holds_{roles.REVIEW_RUN}"] = Exists(RunGrant.objects.filter(user=user, tenant=tenant))
-    return held
-
-
-def _held(row: dict[str, bool]) -> frozenset[str]:
-    return frozenset(
-        alias.removeprefix("holds_")
-        for alias, on in row.items()
-        if alias.startswith("holds_") and on
-    )
-
-
 def permissions_of(*, user: AbstractBaseUser, tenant: Tenant) -> frozenset[str]:
-    """The user's permission codenames on the tenant (``_permission_checks``): one query."""
+    """The user's permission codenames on the tenant, plus ``roles.REVIEW_RUN`` while they
+    hold a run grant there (``tenants.token_sql``: one statement, never global perms or
+    superuser status)."""
     if not user.is_authenticated or not user.is_active:
         return frozenset()
-    checks = _permission_checks(user=user.pk, tenant=tenant.pk)
-    row = Tenant.objects.filter(pk=tenant.pk).values(**checks).first()
-    return _held(row) if row else frozenset()
+    return held_by(user_id=user.pk, tenant_id=tenant.pk)
 
 
 def _digest(key: str) -> str:
@@ -262,17 +237,11 @@ def token_authenticate(secret: str) -> ApiToken | None:
     """
     if not secret.startswith(TOKEN_PREFIX) or len(secret) > 200:
         return None
-    checks = _permission_checks(user=OuterRef("user_id"), tenant=OuterRef("tenant_id"))
-    token = (
-        ApiToken.objects.select_related("user", "tenant")
-        .annotate(**checks)
-        .filter(key_sha256=_digest(secret), revoked_at__isnull=True, user__is_active=True)
-        .first()
-    )
-    if token is None:
+    found = token_row(_digest(secret))
+    if found is None:
         return None
     # Found by the same statement, by the same rule as ``permissions_of``.
-    token.permissions = _held({alias: getattr(token, alias) for alias in checks})
+    token, token.permissions = found
     if not token.permissions:
         return None
     now = timezone.now()

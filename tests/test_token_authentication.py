@@ -15,6 +15,7 @@ from tenants import roles
 from tenants.models import RunGrant
 from tenants.services import Actor, permissions_of, token_authenticate, token_issue
 from tests.factories import UserFactory
+from tests.test_fast_path import GROUPS
 
 TENANT_PERMISSIONS = (roles.REVIEW, roles.OPERATE, roles.ADMIN)
 
@@ -60,3 +61,32 @@ def test_a_token_holds_exactly_the_permissions_of_its_member(acme, globex, run):
             assert token is None, (held, granted)
             continue
         assert token is not None and token.permissions == expected, (held, granted)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_http_commit_builds_no_orm_query(acme, bob, workflow, api_as, monkeypatch):
+    """The request path's statements are written SQL (the token's, the head's, the
+    commit's): compiling ORM queries cost more than the database answering them. A runner
+    sends every group (a group left out is read from the parent checkpoint)."""
+    from django.db.models.sql.compiler import SQLCompiler
+
+    from runtime.services.runs import run_create
+
+    api = api_as(bob, acme)
+    run = run_create(
+        tenant=acme, workflow_type="research", execution="external", actor=Actor.system("t")
+    )
+    url = f"/api/v1/runs/{run.pk}/checkpoints"
+    body = {"expected_version": run.version, "state": "draft_answer", "step": "d"}
+    assert api.post(url, {**body, "envelope": GROUPS}, format="json").status_code == 201
+    compiled = []
+    original = SQLCompiler.as_sql
+
+    def counted(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        compiled.append(self.query.model.__name__ if self.query.model else "?")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SQLCompiler, "as_sql", counted)
+    body = {"expected_version": run.version + 1, "state": "review", "step": "r"}
+    assert api.post(url, {**body, "envelope": GROUPS}, format="json").status_code == 201
+    assert compiled == []

@@ -1,0 +1,126 @@
+"""The SQL of the request path's identity: a bearer token with its member, its tenant and
+the member's permissions there in one statement, and the permission rule itself.
+
+SQL on purpose, like the commit's (``checkpoints.services.commit_sql``): every API request
+asks it, and Django building and compiling the ORM's version (four EXISTS subqueries and two
+joins) cost more than the database answering it (docs/performance.md). The statements are
+built once from the models' metadata, and each row becomes model instances through the
+database's own converters, as the ORM would make them.
+
+The permission rule (``_held``) is written once and read by both statements: a member holds
+each role permission granted on the tenant itself (guardian's object permission rows,
+never global permissions or superuser status), and ``roles.REVIEW_RUN`` while they hold a
+run grant there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.db import connection
+from django.db.models import Model
+
+from tenants import roles
+from tenants.models import ApiToken, RunGrant, Tenant, TenantUserObjectPermission
+
+# The permissions the rule knows, in the order of the statements' columns.
+CODENAMES = (roles.REVIEW, roles.OPERATE, roles.ADMIN, roles.REVIEW_RUN)
+
+
+def _held(user: str, tenant: str) -> str:
+    """One EXISTS per codename, for the member and tenant the SQL expressions name."""
+    grants = TenantUserObjectPermission._meta.db_table
+    permission = Permission._meta.db_table
+    role = (
+        f"EXISTS (SELECT 1 FROM {grants} g JOIN {permission} p ON p.id = g.permission_id"
+        f" WHERE g.user_id = {user} AND g.content_object_id = {tenant}"
+        " AND p.codename = '{codename}')"
+    )
+    run_grant = (
+        f"EXISTS (SELECT 1 FROM {RunGrant._meta.db_table} r"
+        f" WHERE r.user_id = {user} AND r.tenant_id = {tenant})"
+    )
+    return ", ".join(
+        run_grant if codename == roles.REVIEW_RUN else role.format(codename=codename)
+        for codename in CODENAMES
+    )
+
+
+def held_set(flags: tuple[Any, ...]) -> frozenset[str]:
+    return frozenset(codename for codename, on in zip(CODENAMES, flags, strict=True) if on)
+
+
+def _columns(model: type[Model], alias: str) -> str:
+    return ", ".join(f"{alias}.{field.column}" for field in model._meta.concrete_fields)
+
+
+@cache
+def _token_sql() -> str:
+    user = get_user_model()
+    return (
+        f"SELECT {_columns(ApiToken, 't')}, {_columns(Tenant, 'n')}, {_columns(user, 'u')},"
+        f" {_held('t.user_id', 't.tenant_id')}"
+        f" FROM {ApiToken._meta.db_table} t"
+        f" JOIN {Tenant._meta.db_table} n ON n.id = t.tenant_id"
+        f" JOIN {user._meta.db_table} u ON u.id = t.user_id"
+        " WHERE t.key_sha256 = %s AND t.revoked_at IS NULL AND u.is_active"
+    )
+
+
+@cache
+def _held_sql() -> str:
+    return f"SELECT {_held('%s', '%s')}"
+
+
+@cache
+def _converters(vendor: str, model: type[Model]) -> tuple[tuple[Any, list[Callable]], ...]:
+    """Per concrete field, its column and the converters the ORM applies to what this
+    database returns for it."""
+    result = []
+    for field in model._meta.concrete_fields:
+        column = field.get_col(model._meta.db_table)
+        converters = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+        result.append((column, converters))
+    return tuple(result)
+
+
+def _instance(model: type[Model], values: tuple[Any, ...]) -> Model:
+    converted = []
+    for value, (column, converters) in zip(
+        values, _converters(connection.vendor, model), strict=True
+    ):
+        for converter in converters:
+            value = converter(value, column, connection)
+        converted.append(value)
+    return model.from_db(
+        connection.alias, [f.attname for f in model._meta.concrete_fields], converted
+    )
+
+
+def token_row(key_sha256: str) -> tuple[ApiToken, frozenset[str]] | None:
+    """The live token with this digest (its member active), its tenant and member loaded,
+    and the member's permissions in its tenant; None when there is none. One statement."""
+    with connection.cursor() as cursor:
+        cursor.execute(_token_sql(), [key_sha256])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    user = get_user_model()
+    sizes = [len(m._meta.concrete_fields) for m in (ApiToken, Tenant, user)]
+    token = _instance(ApiToken, row[: sizes[0]])
+    token.tenant = _instance(Tenant, row[sizes[0] : sizes[0] + sizes[1]])
+    token.user = _instance(user, row[sizes[0] + sizes[1] : sum(sizes)])
+    return token, held_set(row[sum(sizes) :])
+
+
+def held_by(*, user_id: object, tenant_id: object) -> frozenset[str]:
+    """The permissions the member holds in the tenant (``_held``'s rule). One statement."""
+    tenant = Tenant._meta.pk.get_db_prep_value(tenant_id, connection)
+    user = get_user_model()._meta.pk.get_db_prep_value(user_id, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(_held_sql(), [user, tenant] * (len(CODENAMES)))
+        return held_set(cursor.fetchone())
