@@ -22,6 +22,7 @@ from runtime.services.bulk import (
     bulk_action_plan,
     bulk_action_refusals,
     bulk_action_start,
+    bulk_actions_of,
     bulk_selection,
 )
 
@@ -124,9 +125,7 @@ class BulkActionListView(ActionView):
         tags=["operator actions"],
     )
     def get(self, request: Request) -> Response:
-        return self.page_response(
-            BulkAction.objects.filter(tenant=self.tenant), BulkActionSerializer
-        )
+        return self.page_response(bulk_actions_of(tenant=self.tenant), BulkActionSerializer)
 
     @extend_schema(
         request=BulkActionInSerializer,

@@ -219,7 +219,7 @@ def http_layers(tenant, size: int, commits: int) -> None:  # noqa: ANN001
     )
     django_own = sorted(
         (
-            (tottime, f"{filename[filename.find('/django/'):]}:{line} {name}")
+            (tottime, f"{filename[filename.find('/django/') :]}:{line} {name}")
             for (filename, line, name), (_c, _nc, tottime, _ct, _cs) in stats.stats.items()
             if "/django/" in filename
         ),

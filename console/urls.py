@@ -18,6 +18,7 @@ urlpatterns = [
     path("runs/counts/", runs.run_counts, name="run_counts"),
     path("runs/new/", run_start.run_start, name="run_start"),
     path("runs/bulk/", bulk.bulk_new, name="bulk_new"),
+    path("runs/bulk/history/", bulk.bulk_history, name="bulk_history"),
     path("runs/bulk/<uuid:bulk_action_id>/", bulk.bulk_detail, name="bulk_detail"),
     path("runs/bulk/<uuid:bulk_action_id>/progress/", bulk.bulk_progress, name="bulk_progress"),
     path("runs/<uuid:run_id>/", run_detail.run_detail, name="run_detail"),

@@ -115,3 +115,40 @@ def test_refusals_are_paginated_and_another_tenants_action_is_404(
     client.force_login(charlie)
     assert client.get(f"/runs/bulk/{bulk.pk}/").status_code == 404
     assert client.get(f"/runs/bulk/{bulk.pk}/progress/").status_code == 404
+
+
+def test_past_bulk_actions_are_listed_newest_first_a_page_at_a_time(
+    web, acme, bob, globex, charlie, monkeypatch
+):
+    from runtime.services.bulk import bulk_action_start
+
+    monkeypatch.setattr("console.views.bulk.HISTORY_PER_PAGE", 2)
+    run = worker_run(acme, bob)
+    started = [
+        bulk_action_start(
+            tenant=acme,
+            actor=Actor(user=bob),
+            action=action,
+            reason=f"why {action}",
+            run_ids=[run.pk],
+            selection={"ticked": True},
+        )
+        for action in ("pause", "unpause", "cancel")
+    ]
+    bulk_action_start(
+        tenant=globex,
+        actor=Actor(user=charlie),
+        action="pause",
+        reason="globex's own",
+        run_ids=[worker_run(globex, charlie).pk],
+        selection={"ticked": True},
+    )
+    first = web.get("/runs/bulk/history/").content.decode()
+    rows = first.split('id="bulk-history"')[1]
+    # Newest first, each linking to its page, with its counts, status and reason.
+    assert rows.index(f"/runs/bulk/{started[2].pk}/") < rows.index(f"/runs/bulk/{started[1].pk}/")
+    assert f"/runs/bulk/{started[0].pk}/" not in rows and "Page 1 of 2" in first
+    assert "why cancel" in rows and "globex's own" not in first
+    second = web.get("/runs/bulk/history/", {"page": 2}).content.decode()
+    assert f"/runs/bulk/{started[0].pk}/" in second
+    assert 'href="/runs/bulk/history/"' in web.get("/runs/").content.decode()

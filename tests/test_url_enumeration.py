@@ -130,6 +130,7 @@ REQUIRED: dict[str, str] = {
     "console:health": OPERATOR,
     "console:run_start": OPERATOR,
     "console:bulk_new": OPERATOR,
+    "console:bulk_history": OPERATOR,
     "console:bulk_detail": OPERATOR,
     "console:bulk_progress": OPERATOR,
     "approvals:mine": REVIEWER,

@@ -30,6 +30,7 @@ from runtime.services.bulk import (
     bulk_action_plan,
     bulk_action_refusals,
     bulk_action_start,
+    bulk_actions_of,
     bulk_max_runs,
     bulk_selection,
 )
@@ -37,6 +38,7 @@ from tenants import roles
 from tenants.access import console_view
 
 REFUSALS_PER_PAGE = 50
+HISTORY_PER_PAGE = 50
 # The dry run lists this many refused runs under each reason (the count says how many).
 SAMPLE_PER_REASON = 20
 
@@ -160,3 +162,14 @@ def bulk_progress(request: HttpRequest, bulk_action_id: UUID) -> HttpResponse:
         # The whole page once: the summary of refusals appears with the final count.
         response["HX-Refresh"] = "true"
     return response
+
+
+@console_view(roles.OPERATE)
+def bulk_history(request: HttpRequest) -> HttpResponse:
+    """The tenant's past bulk actions, newest first, a page at a time."""
+    page = Paginator(bulk_actions_of(tenant=request.console.tenant), HISTORY_PER_PAGE).get_page(
+        request.GET.get("page")
+    )
+    for bulk in page:
+        bulk.label = LABELS.get(bulk.action, bulk.action)
+    return render(request, "console/bulk_history.html", {"actions": page})

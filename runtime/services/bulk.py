@@ -427,6 +427,11 @@ def bulk_action_get(*, tenant: Tenant, bulk_action_id: UUID | str) -> BulkAction
         raise NotFound("No such bulk action.")
 
 
+def bulk_actions_of(*, tenant: Tenant) -> QuerySet[BulkAction]:
+    """The tenant's bulk actions, newest first."""
+    return BulkAction.objects.filter(tenant=tenant).order_by("-created_at", "-pk")
+
+
 def bulk_action_refusals(bulk: BulkAction) -> QuerySet[BulkActionRun]:
     """The runs the bulk action refused, in selection order, each with its reason."""
     return BulkActionRun.objects.filter(
