@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import rfc8785
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cairn.errors import InvalidEnvelope
@@ -139,9 +139,13 @@ def test_the_fast_scan_finds_exactly_what_the_walk_finds(value):
 
 @settings(max_examples=400, deadline=None)
 @given(values)
+@example(1e-05)  # found by CI: orjson writes 0.00001 where Python writes 1e-05
+@example(1.5e-06)
 def test_json_bytes_say_what_the_standard_encoder_says(value):
     # Size limits and the credential scan read these bytes: the same JSON as the standard
-    # compact encoding (an exponent may be written 1e-7 rather than 1e-07).
+    # compact encoding, give or take how a float is spelled: an exponent may be written 1e-7
+    # rather than 1e-07, and a float in [1e-5, 1e-4) positionally (0.00001, two bytes more
+    # than 1e-05). So at most two bytes a float the standard encoder writes with an exponent.
     try:
         standard = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     except ValueError:
@@ -150,7 +154,8 @@ def test_json_bytes_say_what_the_standard_encoder_says(value):
         return  # orjson writes them as null; canonical_json refuses them anyway
     ours = json_bytes(value)
     assert json.loads(ours) == json.loads(standard)
-    assert abs(len(ours) - len(standard.encode("utf-8", "surrogatepass"))) <= standard.count("e")
+    allowed = 2 * standard.count("e")
+    assert abs(len(ours) - len(standard.encode("utf-8", "surrogatepass"))) <= allowed
 
 
 def test_the_scan_gives_each_thread_its_own_answer():
