@@ -160,6 +160,12 @@ def legal_quorum_request(tenant: Tenant, admin, starter, members) -> ApprovalReq
         reviewer_group_member_add(
             tenant=tenant, name="legal", username=user.username, actor=Actor(user=admin)
         )
+    return legal_request(tenant, starter, starter)
+
+
+def legal_request(tenant: Tenant, starter, asker) -> ApprovalRequest:  # noqa: ANN001
+    """A quorum-2 request for the reviewer group 'legal' (which must exist) on an
+    externally driven run ``starter`` started, asked for by ``asker``."""
     definition = copy.deepcopy(SIMPLE_DEFINITION)
     definition["approvals"] = {
         "review": {"action": "publish", "reviewers": {"group": "legal"}, "quorum": 2}
@@ -173,4 +179,4 @@ def legal_quorum_request(tenant: Tenant, admin, starter, members) -> ApprovalReq
         actor=Actor(user=starter),
     )
     artifact = draft(tenant)
-    return ask(at_review(run, artifact), artifact, starter)
+    return ask(at_review(run, artifact), artifact, asker)

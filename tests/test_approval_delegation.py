@@ -4,7 +4,6 @@ delegator's one vote, and it never lets anyone approve their own run."""
 
 from __future__ import annotations
 
-import copy
 from datetime import timedelta
 
 import pytest
@@ -16,13 +15,11 @@ from approvals.selectors import review_queue
 from approvals.services.delegations import delegation_create, delegation_revoke
 from approvals.services.standing import quorum_progress
 from cairn.errors import AlreadyDecided, InvalidRequest, ReviewNotAllowed
-from checkpoints.services.workflows import workflow_register
-from runtime.services.runs import run_create
 from tenants.models import AuditEvent
 from tenants.reviewer_groups import reviewer_group_create, reviewer_group_member_add
 from tenants.services import Actor, member_set_role
-from tests.approvals_support import ask, at_review, decide, draft
-from tests.factories import SIMPLE_DEFINITION, UserFactory
+from tests.approvals_support import decide, legal_request
+from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -51,26 +48,9 @@ def legal(acme, alice, rita, sam):  # noqa: ANN001
         reviewer_group_member_add(tenant=acme, name="legal", username=user.username, actor=admin)
 
 
-def _legal_request(acme, starter, asker):  # noqa: ANN001, ANN202
-    definition = copy.deepcopy(SIMPLE_DEFINITION)
-    definition["approvals"] = {
-        "review": {"action": "publish", "reviewers": {"group": "legal"}, "quorum": 2}
-    }
-    workflow_register(tenant=acme, workflow_type="legal", version="1", definition=definition)
-    run = run_create(
-        tenant=acme,
-        workflow_type="legal",
-        inputs={},
-        execution="external",
-        actor=Actor(user=starter),
-    )
-    artifact = draft(acme)
-    return ask(at_review(run, artifact), artifact, asker)
-
-
 @pytest.fixture
 def pending(acme, bob, legal):  # noqa: ANN001
-    return _legal_request(acme, bob, bob)
+    return legal_request(acme, bob, bob)
 
 
 def delegate(tenant, frm, to, days: float = 1):  # noqa: ANN001, ANN201
@@ -105,7 +85,7 @@ def test_a_delegate_decides_what_the_delegator_may_as_their_one_vote(
 
 def test_a_delegation_never_approves_the_delegators_own_run(acme, legal, rita, carol, alice):  # noqa: ANN001
     # rita started the run (four eyes keeps it from her), then delegated to carol.
-    request = _legal_request(acme, rita, alice)
+    request = legal_request(acme, rita, alice)
     delegate(acme, rita, carol)
     assert list(review_queue(tenant=acme, user=carol)) == []
     with pytest.raises(ReviewNotAllowed):
