@@ -13,7 +13,12 @@ from api.serializers import ErrorSerializer, StrictSerializer
 from api.views import CairnAPIView, _errors
 from cairn.errors import InvalidRequest
 from checkpoints.models import RunnerWebhook
-from runtime.services.runner import MAX_WAIT_SECONDS, run_wait_next
+from runtime.services.runner import (
+    MAX_WAIT_SECONDS,
+    WaitHandoff,
+    run_wait_begin,
+    run_wait_next,
+)
 from runtime.services.webhooks import (
     DEFAULT_OVERLAP_SECONDS,
     MAX_OVERLAP_SECONDS,
@@ -58,8 +63,9 @@ class RunNextView(CairnAPIView):
         },
         summary="Long-poll: the run's next command, as soon as it is due",
         description="Sleeps until the run changes (a notification from the change's "
-        "transaction) or a retry comes due, then answers; a wait holds a server thread, so "
-        "each tenant may hold a limited number at once (429 past it).",
+        "transaction) or a retry comes due, then answers. A wait holds no server thread "
+        "while it sleeps; each tenant may hold a limited number at once per web process "
+        "(429 past it).",
     )
     def get(self, request: Request, run_id: str) -> Response:
         raw = request.query_params.get("wait", "0")
@@ -68,8 +74,14 @@ class RunNextView(CairnAPIView):
                 f"wait is a whole number of seconds from 0 to {MAX_WAIT_SECONDS}.",
                 fields={"wait": f"0-{MAX_WAIT_SECONDS}"},
             )
-        answer = run_wait_next(tenant=self.tenant, run_id=run_id, wait_seconds=int(raw))
-        return Response(answer.as_dict())
+        handoff = WaitHandoff.of(request.META)
+        if handoff is None:  # not served by cairn.asgi: the wait sleeps in this thread
+            answer = run_wait_next(tenant=self.tenant, run_id=run_id, wait_seconds=int(raw))
+            return Response(answer.as_dict())
+        # cairn.asgi sleeps on the wait (holding no thread), then asks again with wait=0.
+        wait = run_wait_begin(tenant=self.tenant, run_id=run_id, wait_seconds=int(raw))
+        handoff.take(wait)
+        return Response(wait.answer.as_dict())
 
 
 class WebhookInSerializer(StrictSerializer):

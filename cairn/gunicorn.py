@@ -1,19 +1,51 @@
 """gunicorn's configuration for Cairn's web process, in every mode: ``make run``
 (``cairn_up``) and production (docs/deployment.md) start the same server with this file:
 
-    gunicorn -c python:cairn.gunicorn cairn.wsgi:application
+    gunicorn -c python:cairn.gunicorn cairn.asgi:application
 
-gthread workers: each process serves ``threads`` requests at once, so a slow request (a
-long-poll on ``GET /runs/{id}/next?wait=``, capped per tenant by CAIRN_WAITS_PER_TENANT, an
-artifact upload) does not hold the others up. gunicorn's own settings and environment
-still apply on top (``--bind``, ``--workers`` or ``WEB_CONCURRENCY``, ``GUNICORN_CMD_ARGS``).
+Each worker process runs uvicorn's event loop (``Worker`` below) serving ``cairn.asgi``:
+Django's application on a pool of ``threads`` threads, so a slow request (an artifact
+upload) does not hold the others up, and long-polls (``GET /runs/{id}/next?wait=``) that
+sleep on the event loop holding no thread, capped per tenant by CAIRN_WAITS_PER_TENANT.
+gunicorn's own settings and environment still apply on top (``--bind``, ``--workers`` or
+``WEB_CONCURRENCY``, ``--threads``, ``GUNICORN_CMD_ARGS``).
 """
 
+from typing import Any, ClassVar
+
+from uvicorn_worker import UvicornWorker
+
+
+class Worker(UvicornWorker):
+    """uvicorn's gunicorn worker, as Cairn runs it:
+
+    - no lifespan events (the application has none);
+    - no ``Server`` header;
+    - no rewriting of the client's address or scheme from ``X-Forwarded-*``: the proxy in
+      front sets the address, and Django's SECURE_PROXY_SSL_HEADER reads the scheme, as
+      with gunicorn's own workers;
+    - the application's thread pool sized by gunicorn's ``threads``.
+    """
+
+    CONFIG_KWARGS: ClassVar[dict[str, Any]] = {
+        "loop": "auto",
+        "http": "auto",
+        "lifespan": "off",
+        "server_header": False,
+        "proxy_headers": False,
+    }
+
+    def load_wsgi(self) -> None:
+        super().load_wsgi()
+        if hasattr(self.wsgi, "threads"):
+            self.wsgi.threads = self.cfg.threads
+
+
 bind = ["127.0.0.1:8000"]
-worker_class = "gthread"
+worker_class = "cairn.gunicorn.Worker"
 threads = 16
-# A long-poll answers within 30 seconds; gthread workers report alive while their threads
-# work, so this only ends a worker whose main loop is stuck.
+# A long-poll answers within 30 seconds and sleeps on the event loop, which reports alive
+# meanwhile, so this only ends a worker whose loop is stuck.
 timeout = 60
 # Behind a proxy (TLS ends there), keep-alive between it and gunicorn saves a handshake per
 # request; a runner's keep-alive connection occupies no thread while idle.

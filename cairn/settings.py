@@ -252,9 +252,9 @@ CAIRN_EVIDENCE_KEY_GENERATE = not env("CAIRN_EVIDENCE_KEY_FILE")
 
 # --- Runtime -----------------------------------------------------------------------------
 CAIRN_LEASE_SECONDS = env_int("CAIRN_LEASE_SECONDS", 60)
-# Long-polls (GET /runs/{id}/next?wait=) one tenant may hold at once in one web process;
-# each holds a server thread while it waits, so keep it well below the threads per process.
-CAIRN_WAITS_PER_TENANT = env_int("CAIRN_WAITS_PER_TENANT", 4)
+# Long-polls (GET /runs/{id}/next?wait=) one tenant may hold at once in one web process. A
+# sleeping wait holds no thread (cairn.asgi), only a coroutine and its client's connection.
+CAIRN_WAITS_PER_TENANT = env_int("CAIRN_WAITS_PER_TENANT", 100)
 # Worker heartbeats (runtime.heartbeats): each worker process beats this often; one silent
 # for CAIRN_WORKER_DEAD_SECONDS is dead, and its runs are taken over without waiting for
 # their leases to expire. A clock further than CAIRN_CLOCK_SKEW_LIMIT_SECONDS from the

@@ -355,14 +355,15 @@ def rehearse(args: argparse.Namespace) -> int:  # noqa: C901, PLR0915 - one stor
         call_command("migrate", verbosity=0)
         call_command("sync_workflows", verbosity=0)
         operator, reviewer_token = cast()
+        from runtime.management.commands.cairn_up import web_command
 
         processes = Processes(root, env)
         port = free_port()
         processes.spawn(
             "web",
-            [sys.executable, "-m", "gunicorn", "cairn.wsgi:application", "--bind",
-             f"127.0.0.1:{port}", "--workers", "2", "--threads", "4", "--worker-class",
-             "gthread", "--timeout", "120"],
+            # The server make run and production run (cairn/gunicorn.py).
+            [*web_command(sys.executable, f"127.0.0.1:{port}"), "--workers", "2",
+             "--threads", "4", "--timeout", "120", "--no-control-socket"],
         )  # fmt: skip
         processes.spawn(
             "beat",

@@ -17,6 +17,7 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from email.message import Message
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -82,7 +83,7 @@ def token(acme, bob) -> str:  # noqa: ANN001
     return token_issue(tenant=acme, user=bob, actor=Actor.system("test"))[1]
 
 
-def assert_refused_and_nothing_stored(status: int, headers: dict, body: dict, sentence: str):  # noqa: ANN201
+def assert_refused_and_nothing_stored(status: int, headers: Message, body: dict, sentence: str):  # noqa: ANN201
     assert status == 503, body
     assert body["code"] == "storage_unavailable"
     assert sentence in body["detail"] and "nothing was stored" in body["detail"]
@@ -143,7 +144,7 @@ def send_chunked(url: str, data: bytes, token: str) -> tuple[int, dict, dict]:
             encode_chunked=True,
         )
         response = connection.getresponse()
-        return response.status, dict(response.getheaders()), json.loads(response.read())
+        return response.status, response.headers, json.loads(response.read())
     finally:
         connection.close()
 

@@ -138,6 +138,7 @@ MALFORMED = {
     "no last chunk": b"5\r\nhello\r\n",
     "negative size": b"-5\r\nhello\r\n0\r\n\r\n",
 }
+CUT_SHORT = {"truncated chunk", "no last chunk"}
 
 
 @pytest.mark.parametrize("anonymous", [True, False])
@@ -155,8 +156,14 @@ def test_a_malformed_chunked_body_is_a_400_never_a_500(web_server, bearer, anony
                 + b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
                 b"Connection: close\r\n\r\n" + body,
             )
+            if what in CUT_SHORT and not answer:
+                # The client ended its stream mid-body: uvicorn closes the connection (it
+                # does not keep a half-closed one), so nobody is left to answer; the
+                # application read the body as cut short (logged below), never as whole.
+                continue
             status = int(answer.split(b" ", 2)[1])
             assert status == 400, (what, path, answer[:300])
     assert Run.objects.count() == 0
     log = server.log()
     assert "Traceback" not in log and '"level": "ERROR"' not in log, log[-3000:]
+    assert '"error": "ClientDisconnected"' in log, log[-3000:]

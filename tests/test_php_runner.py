@@ -87,7 +87,7 @@ def test_the_php_runner_survives_a_kill_and_publishes_exactly_once(
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         # The server make run and production run (cairn/gunicorn.py), not Django's.
-        "CAIRN_URL": web_server(production=True).url,
+        "CAIRN_URL": web_server().url,
         "CAIRN_TOKEN": token,
         "CAIRN_PUBLISHING_URL": publishing_service.url,
         "CAIRN_RUNNER_CRASH_AT": crash_at,

@@ -1,4 +1,5 @@
-"""A real web server process for tests that need one: gunicorn serving cairn.wsgi on the
+"""A real web server process for tests that need one: the server ``make run`` and production
+start (gunicorn with ``cairn/gunicorn.py`` serving ``cairn.asgi``), one process, on the
 test database, keys and media root (Django's test client neither chunks a body nor dies
 mid-request). ``web_server(env={...})`` starts one; every server is killed when the test
 ends. Use with ``@pytest.mark.django_db(transaction=True)`` so the server sees the rows."""
@@ -22,7 +23,6 @@ from django.conf import settings as django_settings
 
 from runtime.management.commands.cairn_up import web_command
 from tests.publishing import free_port
-from tests.scaleout_support import gunicorn
 from tests.worker_fixtures import REPO, database_env
 
 
@@ -72,13 +72,10 @@ def web_server(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
         env: dict[str, str] | None = None,
         database: bool = True,
         threads: int | None = None,
-        production: bool = False,
     ) -> WebServer:
         """``env`` is added to the environment (an empty value removes the variable);
-        ``database=False`` leaves the test database out of it; ``threads`` serves with
-        gthread workers of that many threads instead of one sync worker; ``production``
-        starts exactly what ``make run`` and docs/deployment.md start (``cairn/gunicorn.py``,
-        one process)."""
+        ``database=False`` leaves the test database out of it; ``threads`` sizes the
+        process's thread pool (``cairn/gunicorn.py``'s by default)."""
         port = free_port()
         log_path = tmp_path / f"gunicorn-{len(started)}.log"
         full_env = {
@@ -91,11 +88,13 @@ def web_server(tmp_path: Path) -> Iterator[Callable[..., WebServer]]:
         full_env = {name: value for name, value in full_env.items() if value != ""}
         log = open(log_path, "w")  # noqa: SIM115 - closed when the server is reaped
         # --no-control-socket: there is one per user otherwise, shared by parallel servers.
-        command = (
-            [*web_command(sys.executable, f"127.0.0.1:{port}"), "--no-control-socket"]
-            if production
-            else gunicorn(port, workers=1, threads=threads, extra=["--no-control-socket"])
-        )
+        command = [
+            *web_command(sys.executable, f"127.0.0.1:{port}"),
+            "--workers",
+            "1",
+            *(["--threads", str(threads)] if threads else []),
+            "--no-control-socket",
+        ]
         process = subprocess.Popen(
             command,
             cwd=REPO,

@@ -14,14 +14,20 @@ A change is announced by the transaction that makes it, and heard only once it c
 
 A waiter that cannot hear notifications (the listener lost its connection) re-checks every
 ``RECHECK_SECONDS``; a notification is only ever a reason to look again.
+
+A waiter is anything with a thread-safe ``set()``: a ``threading.Event`` for a wait that
+holds its thread (``run_change_awaited``), or a ``LoopWake`` for a wait that sleeps on the
+web process's event loop and holds no thread (``cairn.asgi``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
 from django.db import connection, transaction
 
@@ -31,41 +37,82 @@ CHANNEL = "cairn_run_changed"
 RECHECK_SECONDS = 10.0  # PostgreSQL: a safety net under the notifications
 SQLITE_RECHECK_SECONDS = 1.0  # SQLite: how soon another process's change is seen
 
+
+class Waiter(Protocol):
+    def set(self) -> None: ...
+
+
 _lock = threading.Lock()
-_waiters: dict[str, set[threading.Event]] = {}
+_waiters: dict[str, set[Waiter]] = {}
 
 
 def _wake(run_id: str) -> None:
     with _lock:
-        events = list(_waiters.get(run_id, ()))
-    for event in events:
-        event.set()
+        waiters = list(_waiters.get(run_id, ()))
+    for waiter in waiters:
+        waiter.set()
+
+
+class LoopWake:
+    """A waiter for a coroutine: ``set()`` may be called from any thread (the listener's,
+    a committing request's) and wakes ``wait()`` on the loop that made it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.event = asyncio.Event()
+
+    def set(self) -> None:
+        self.loop.call_soon_threadsafe(self.event.set)
+
+    async def wait(self, timeout: float) -> None:
+        """Until woken or ``timeout`` seconds passed; the wake-up is consumed."""
+        try:
+            await asyncio.wait_for(self.event.wait(), timeout)
+        except TimeoutError:
+            pass
+        self.event.clear()
+
+
+@contextmanager
+def run_change_subscribed(run_id: object, waiter: Waiter) -> Iterator[Waiter]:
+    """``waiter.set()`` is called when the run changes (a committed change), for the
+    duration of the block. Touches no database: call ``run_change_listen`` from a thread
+    that may (on PostgreSQL the listener must be up before the waiter's first look)."""
+    key = str(run_id)
+    with _lock:
+        _waiters.setdefault(key, set()).add(waiter)
+    try:
+        yield waiter
+    finally:
+        with _lock:
+            waiters = _waiters.get(key)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del _waiters[key]
+
+
+def run_change_listen() -> None:
+    """Make sure this process hears other processes' changes (PostgreSQL: its listening
+    connection is up). Blocks up to two seconds the first time; call it before the look
+    whose answer a wait then sleeps on, so no change falls between them."""
+    if connection.vendor == "postgresql":
+        _listener_start(connection.get_connection_params())
 
 
 @contextmanager
 def run_change_awaited(run_id: object) -> Iterator[threading.Event]:
     """An event set when the run changes (a committed change), for the duration of the
     block. Starts this process's listener on PostgreSQL."""
-    key = str(run_id)
-    event = threading.Event()
-    if connection.vendor == "postgresql":
-        _listener_start(connection.get_connection_params())
-    with _lock:
-        _waiters.setdefault(key, set()).add(event)
-    try:
-        yield event
-    finally:
-        with _lock:
-            events = _waiters.get(key)
-            if events is not None:
-                events.discard(event)
-                if not events:
-                    del _waiters[key]
+    run_change_listen()
+    with run_change_subscribed(run_id, threading.Event()) as event:
+        yield event  # type: ignore[misc]
 
 
 def recheck_seconds() -> float:
-    if connection.vendor != "postgresql":
-        return SQLITE_RECHECK_SECONDS
+    """How long a waiter may sleep before it looks again without a notification: long while
+    this process listens (PostgreSQL), short otherwise (SQLite, or a lost listener). Touches
+    no database connection, so the event loop may ask."""
     return RECHECK_SECONDS if _listener.listening.is_set() else SQLITE_RECHECK_SECONDS
 
 

@@ -143,7 +143,7 @@ def web_command(python: str, addr: str) -> list[str]:
         "python:cairn.gunicorn",
         "--bind",
         addr,
-        "cairn.wsgi:application",
+        "cairn.asgi:application",
     ]
 
 
