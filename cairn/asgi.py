@@ -25,6 +25,7 @@ from a2wsgi import WSGIMiddleware
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cairn.settings")
 
+from django.core.exceptions import BadRequest  # noqa: E402
 from django.db import close_old_connections  # noqa: E402
 from django.urls import Resolver404, resolve  # noqa: E402
 
@@ -83,15 +84,17 @@ def _terminated(wsgi: Any) -> Any:
     return application
 
 
-class ClientDisconnected(OSError):
-    """The client went away before its request body ended."""
+class ClientDisconnected(BadRequest):
+    """The client went away before its request body ended: a 400 (Django's BadRequest, not
+    an OSError, which Django would turn into an UnreadablePostError and a 500), answered to
+    nobody."""
 
 
 def _whole_bodies(receive: Any) -> Any:
     """``receive``, but a client gone before its body ended raises ClientDisconnected in
     the reader: a2wsgi would hand the application b"" (the body's end), and a truncated
-    upload would be read as a whole, shorter one. Read through cairn.middleware, that is a
-    refusal written to nobody, and nothing is stored."""
+    upload would be read as a whole, shorter one. It is a 400 written to nobody, and nothing
+    is stored."""
     ended = False
 
     async def receive_whole() -> Message:

@@ -167,3 +167,21 @@ def test_a_malformed_chunked_body_is_a_400_never_a_500(web_server, bearer, anony
     log = server.log()
     assert "Traceback" not in log and '"level": "ERROR"' not in log, log[-3000:]
     assert '"error": "ClientDisconnected"' in log, log[-3000:]
+
+
+def test_a_body_cut_short_of_its_content_length_is_never_a_500_nor_stored(web_server, bearer):  # noqa: ANN001, F811
+    # The client declares 1,000 bytes, sends seven and ends its stream: whatever the route
+    # (JSON, an artifact's raw bytes, a form), the application is told the body was cut
+    # short (a 400, to nobody), never handed seven bytes as the whole body, never a 500.
+    server = web_server()
+    for path in (b"/api/v1/runs", b"/api/v1/artifacts", b"/login/"):
+        raw_exchange(
+            server.url,
+            b"POST " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            + f"Authorization: {bearer['Authorization']}\r\n".encode()
+            + b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+            + b'{"a": 1',
+        )  # fmt: skip
+    assert Run.objects.count() == 0 and Artifact.objects.count() == 0
+    log = server.log()
+    assert "Traceback" not in log and '"level": "ERROR"' not in log, log[-3000:]
