@@ -1,4 +1,7 @@
-"""Case 2: commits through the HTTP API on gunicorn, against the service call."""
+"""Case 2: commits through the HTTP API on the web server as deployed (gunicorn with
+``cairn/gunicorn.py``), against the service call and against gunicorn's gthread workers
+serving the same WSGI application (the server before); and a login and a commit answering
+while 200 long-polls wait."""
 
 from __future__ import annotations
 
@@ -17,28 +20,43 @@ PORT = int(os.environ.get("BENCH_HTTP_PORT", "8791"))
 CLIENTS = 8
 
 
-def _server() -> subprocess.Popen:
+PROCESSES, THREADS = 4, 2
+WAITS = 200
+GTHREAD_LOGIN_CUTOFF = 10.0
+SERVERS = {
+    # What make run and production start (cairn_up.web_command).
+    "asgi": ["-c", "python:cairn.gunicorn", "cairn.asgi:application"],
+    # The server before: gthread threads serving the WSGI application, each long-poll
+    # holding one.
+    "gthread": ["cairn.wsgi:application", "-k", "gthread"],
+}
+
+
+def _server(kind: str) -> subprocess.Popen:
     process = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "gunicorn",
-            "cairn.wsgi:application",
-            "-k",
-            "gthread",
+            *SERVERS[kind],
             "-w",
-            "4",
+            str(PROCESSES),
             "--threads",
-            "2",
+            str(THREADS),
             "-b",
             f"127.0.0.1:{PORT}",
             "--keep-alive",
             "30",
             "--log-level",
             "warning",
+            "--no-control-socket",
         ],
         cwd=ROOT,
-        env={**os.environ, "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost"},
+        env={
+            **os.environ,
+            "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "CAIRN_WAITS_PER_TENANT": str(WAITS),
+        },
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -75,9 +93,136 @@ class HttpCommitter:
         self.version = json.loads(data)["run_version"]
 
 
+def _get(path: str, token: str | None = None, timeout: float = 60) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def _commits(kind: str, tenant, token: str, rounds: int, warmup: int) -> list[Measurement]:  # noqa: ANN001
+    from django.db import connection
+
+    from bench.common import time_each
+
+    label = "" if kind == "asgi" else f", {kind}"
+    one = HttpCommitter(tenant, token, 2048)
+    samples = time_each(one, rounds, warmup)
+    results = [
+        Measurement(
+            "http",
+            "cairn-http",
+            f"2KB one client{label}",
+            samples=samples,
+            throughput=1000 / (sum(samples) / len(samples)),
+        )
+    ]
+    committers = [HttpCommitter(tenant, token, 2048) for _ in range(CLIENTS)]
+    latencies: list[list[float]] = [[] for _ in range(CLIENTS)]
+
+    def client(index: int) -> None:
+        try:
+            latencies[index] = time_each(committers[index], rounds // 2, 0)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
+    elapsed = timed_threads(threads)
+    flat = [x for row in latencies for x in row]
+    results.append(
+        Measurement(
+            "http",
+            "cairn-http",
+            f"2KB {CLIENTS} keep-alive clients{label}",
+            samples=flat,
+            throughput=len(flat) / elapsed,
+            note=f"{kind}: gunicorn, {PROCESSES} processes x {THREADS} threads"
+            + (" (cairn/gunicorn.py: uvicorn's worker, cairn.asgi)" if kind == "asgi" else ""),
+        )
+    )
+    return results
+
+
+def _while_waiting(kind: str, tenant, token: str) -> list[Measurement]:  # noqa: ANN001
+    """A login page and a commit, one after another, while WAITS long-polls (wait=30) sleep
+    on 20 paused runs; then the runs are resumed and every poll must answer ``step``."""
+    from runtime.services.pause import run_pause, run_unpause
+    from tenants.services import Actor
+
+    actor = Actor.system("bench")
+    runs = [cairn_side.new_run(tenant) for _ in range(20)]
+    for run in runs:
+        run_pause(tenant=tenant, run_id=run.pk, reason="bench: waiting", actor=actor)
+    answers: list[int] = []
+
+    def poll(index: int) -> None:
+        answers.append(_get(f"/api/v1/runs/{runs[index % 20].pk}/next?wait=30", token, 90))
+
+    polls = [threading.Thread(target=poll, args=(i,)) for i in range(WAITS)]
+    for thread in polls:
+        thread.start()
+    time.sleep(3)  # every poll is in
+    label = "" if kind == "asgi" else f", {kind}"
+    results = []
+    if kind == "asgi":
+        committer = HttpCommitter(tenant, token, 2048)
+        logins, commits = [], []
+        for _ in range(20):
+            started = time.perf_counter()
+            status = _get("/login/")
+            logins.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            committer()
+            commits.append((time.perf_counter() - started) * 1000)
+            assert status == 200, status
+        results.append(
+            Measurement("http", "cairn-http", f"2KB commit, {WAITS} polls waiting", samples=commits)
+        )
+    else:
+        # Every thread holds a wait and the login queues behind them: one try, cut off.
+        started = time.perf_counter()
+        try:
+            _get("/login/", timeout=GTHREAD_LOGIN_CUTOFF)
+        except TimeoutError:
+            pass
+        logins = [(time.perf_counter() - started) * 1000]
+    early = len(answers)
+    started = time.perf_counter()
+    for run in runs:
+        run_unpause(tenant=tenant, run_id=run.pk, actor=actor)
+    for thread in polls:
+        thread.join(timeout=120)
+    woken = time.perf_counter() - started
+    note = (
+        f"{kind}: {WAITS} polls on 20 paused runs; {early} answered before the runs were "
+        f"resumed, {answers.count(200)} answered 200 in all, {answers.count(429)} refused "
+        f"429; all answered {woken:.2f} s after the 20 resumes began"
+        + (
+            f"; the login is one try, cut off at {GTHREAD_LOGIN_CUTOFF:.0f} s"
+            if kind != "asgi"
+            else ""
+        )
+    )
+    results.insert(
+        0,
+        Measurement(
+            "http",
+            "cairn-http",
+            f"login page, {WAITS} polls waiting{label}",
+            samples=logins,
+            note=note,
+        ),
+    )
+    return results
+
+
 def http_case(tenant) -> list[Measurement]:  # noqa: ANN001
     from django.contrib.auth import get_user_model
-    from django.db import connection
+    from django.core.management import call_command
 
     from bench.common import time_each
     from tenants.services import Actor, member_set_role, token_issue
@@ -86,45 +231,18 @@ def http_case(tenant) -> list[Measurement]:  # noqa: ANN001
     member_set_role(tenant=tenant, user=user, role="operator", actor=Actor.system("bench"))
     _, token = token_issue(tenant=tenant, user=user, actor=Actor.system("bench"))
     rounds, warmup = (60, 10) if QUICK else (300, 30)
-    server = _server()
+    # Production settings serve the login page's static files from the manifest: build it,
+    # as a deploy does.
+    call_command("collectstatic", interactive=False, verbosity=0)
     results = []
-    try:
-        one = HttpCommitter(tenant, token, 2048)
-        samples = time_each(one, rounds, warmup)
-        results.append(
-            Measurement(
-                "http",
-                "cairn-http",
-                "2KB one client",
-                samples=samples,
-                throughput=1000 / (sum(samples) / len(samples)),
-            )
-        )
-        committers = [HttpCommitter(tenant, token, 2048) for _ in range(CLIENTS)]
-        latencies: list[list[float]] = [[] for _ in range(CLIENTS)]
-
-        def client(index: int) -> None:
-            try:
-                latencies[index] = time_each(committers[index], rounds // 2, 0)
-            finally:
-                connection.close()
-
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
-        elapsed = timed_threads(threads)
-        flat = [x for row in latencies for x in row]
-        results.append(
-            Measurement(
-                "http",
-                "cairn-http",
-                f"2KB {CLIENTS} keep-alive clients",
-                samples=flat,
-                throughput=len(flat) / elapsed,
-                note="gunicorn gthread, 4 workers x 2 threads",
-            )
-        )
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    for kind in SERVERS:
+        server = _server(kind)
+        try:
+            results += _commits(kind, tenant, token, rounds, warmup)
+            results += _while_waiting(kind, tenant, token)
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
     service = cairn_side.Committer(tenant, 2048)
     samples = time_each(service, rounds, warmup)
     results.append(
