@@ -26,6 +26,7 @@ from django.db.models import Model
 
 from tenants import roles
 from tenants.models import ApiToken, RunGrant, Tenant, TenantUserObjectPermission
+from tenants.prepared import prepared_fetchone
 
 # The permissions the rule knows, in the order of the statements' columns.
 CODENAMES = (roles.REVIEW, roles.OPERATE, roles.ADMIN, roles.REVIEW_RUN)
@@ -104,9 +105,12 @@ def _instance(model: type[Model], values: tuple[Any, ...]) -> Model:
 def token_row(key_sha256: str) -> tuple[ApiToken, frozenset[str]] | None:
     """The live token with this digest (its member active), its tenant and member loaded,
     and the member's permissions in its tenant; None when there is none. One statement."""
-    with connection.cursor() as cursor:
-        cursor.execute(_token_sql(), [key_sha256])
-        row = cursor.fetchone()
+    if connection.vendor == "postgresql":  # planned once per connection (tenants.prepared)
+        row = prepared_fetchone(_token_sql(), [key_sha256])
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(_token_sql(), [key_sha256])
+            row = cursor.fetchone()
     if row is None:
         return None
     user = get_user_model()

@@ -38,27 +38,22 @@ and a renewed lease, like the claim on the command a continuing worker takes, ex
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-import psycopg
 from django.db import connection, transaction
 from django.utils.dateparse import parse_datetime
 
 from checkpoints.models import Checkpoint, OutboxMessage, Run, WorkflowDefinition
 from checkpoints.services.changes import CHANNEL
+from tenants.prepared import prepared_fetchone
 
 RUN = Run._meta.db_table
 CHECKPOINT = Checkpoint._meta.db_table
 OUTBOX = OutboxMessage._meta.db_table
 WORKFLOW = WorkflowDefinition._meta.db_table
-# psycopg prepares a statement after this many executions; Django leaves it off (None) for
-# connection poolers, so the commit asks for preparation itself (``prepare=True``), and the
-# threshold only has to be set for psycopg to honour that.
-_NEVER_AUTO_PREPARE = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -377,36 +372,6 @@ _SQLITE_QUEUE = f"INSERT INTO {OUTBOX} ({_OUTBOX_COLUMNS}) VALUES ({_outbox_valu
 _SQLITE_CONSUME = _consume(_SQLITE)
 
 
-class _PreparedCursor(psycopg.Cursor):
-    """Server-side binding, and every statement prepared on first use (then reused)."""
-
-    def execute(self, query, params=None, *, prepare=None, binary=None):  # noqa: ANN001, ANN201
-        return super().execute(query, params, prepare=True, binary=binary)
-
-
-def _pg_execute(sql: str, params: dict[str, Any]) -> tuple | None:
-    """Run one statement on a prepared-statement cursor of Django's connection (its error
-    translation and execute wrappers apply) and return its one row. Logged like Django's
-    own queries when queries are logged (debug, CaptureQueriesContext): psycopg keeps no
-    query text for a prepared execution, so Django's debug cursor would log None."""
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    raw = connection.connection
-    if raw.prepare_threshold is None:
-        raw.prepare_threshold = _NEVER_AUTO_PREPARE
-    started = time.monotonic()
-    with connection.wrap_database_errors:
-        cursor = connection.make_cursor(_PreparedCursor(raw))
-    with cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    if connection.queries_logged:
-        connection.queries_log.append(
-            {"sql": " ".join(sql.split()), "time": f"{time.monotonic() - started:.3f}"}
-        )
-    return row
-
-
 def _commit_params(write: CommitWrite, *, embedded: bool) -> dict[str, Any]:
     """The commit's named parameters, for either database (SQLite stores UUIDs as hex and
     times as Django writes them)."""
@@ -467,7 +432,7 @@ _SQLITE_LEASE_CHECK = _LEASE_CHECK.format(run_id=_SQLITE.p("run_id", "uuid"))
 def _fetch_one(sql_pg: str, sql_sqlite: str, params: dict[str, Any]) -> tuple | None:
     """One row of a read, on either database (UUID parameters as each stores them)."""
     if connection.vendor == "postgresql":
-        return _pg_execute(sql_pg, params)
+        return prepared_fetchone(sql_pg, params)
     embedded = {k: _hex(v) if isinstance(v, UUID) else v for k, v in params.items()}
     with connection.cursor() as cursor:
         cursor.execute(sql_sqlite, embedded)
@@ -584,7 +549,7 @@ def commit_write(write: CommitWrite) -> Committed | None:
     """
     if connection.vendor != "postgresql":
         return _sqlite_commit(write)
-    row = _pg_execute(_PG_COMMIT, _commit_params(write, embedded=False))
+    row = prepared_fetchone(_PG_COMMIT, _commit_params(write, embedded=False))
     outbox_id, inserted, lease_owner, lease_expires_at = row[:4]
     if inserted != 1:
         return None
