@@ -87,18 +87,7 @@ def test_many_waits_from_one_token_leave_the_server_to_everybody_else(
     with ThreadPoolExecutor(max_workers=waits) as pool:
         polls = [pool.submit(_get, url, token=token) for _ in range(waits)]
         time.sleep(1.0)  # every poll is in (or refused) by now
-        started = time.monotonic()
-        status, _, _ = _get(f"{server.url}/login/")
-        login = time.monotonic() - started
-        started = time.monotonic()
-        committed = _post(
-            f"{server.url}/api/v1/runs/{moving.pk}/checkpoints",
-            {"expected_version": moving.version, "state": "draft_answer", "envelope": {}},
-            token=token,
-        )
-        commit = time.monotonic() - started
-        assert (status, committed) == (200, 201)
-        assert login < GENEROUS and commit < GENEROUS, (login, commit)
+        login, commit = _a_login_and_a_commit_answer(server, moving, token)
         refused = [p.result() for p in polls if p.done() and p.result()[0] == 429]
         assert len(refused) == waits - cap, [p.result()[0] for p in polls if p.done()]
         for _, body, head in refused:
@@ -117,6 +106,23 @@ def test_many_waits_from_one_token_leave_the_server_to_everybody_else(
     print(f"login {login:.3f}s, commit {commit:.3f}s, {cap} waits woken in {woke:.3f}s")
     assert len(answers) == cap and {a[1]["command"] for a in answers} == {"step"}
     assert woke < GENEROUS, woke
+
+
+def _a_login_and_a_commit_answer(server, run: Run, token: str) -> tuple[float, float]:  # noqa: ANN001
+    """The login page and a commit to ``run`` answer, each within GENEROUS: their times."""
+    started = time.monotonic()
+    status, _, _ = _get(f"{server.url}/login/")
+    login = time.monotonic() - started
+    started = time.monotonic()
+    committed = _post(
+        f"{server.url}/api/v1/runs/{run.pk}/checkpoints",
+        {"expected_version": run.version, "state": "draft_answer", "envelope": {}},
+        token=token,
+    )
+    commit = time.monotonic() - started
+    assert (status, committed) == (200, 201)
+    assert login < GENEROUS and commit < GENEROUS, (login, commit)
+    return login, commit
 
 
 def _until_every_slot_is_held(probe: str, token: str) -> None:
@@ -179,18 +185,7 @@ def test_two_hundred_waits_hold_no_thread_while_a_login_and_a_commit_answer(
             _worker_threads(server),
             idle_threads,
         )
-        started = time.monotonic()
-        status, _, _ = _get(f"{server.url}/login/")
-        login = time.monotonic() - started
-        started = time.monotonic()
-        committed = _post(
-            f"{server.url}/api/v1/runs/{moving.pk}/checkpoints",
-            {"expected_version": moving.version, "state": "draft_answer", "envelope": {}},
-            token=token,
-        )
-        commit = time.monotonic() - started
-        assert (status, committed) == (200, 201)
-        assert login < GENEROUS and commit < GENEROUS, (login, commit)
+        login, commit = _a_login_and_a_commit_answer(server, moving, token)
         assert sum(not p.done() for p in polls) == waits
         started = time.monotonic()
         for run in runs:
