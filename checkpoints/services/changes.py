@@ -16,8 +16,9 @@ A waiter that cannot hear notifications (the listener lost its connection) re-ch
 ``RECHECK_SECONDS``; a notification is only ever a reason to look again.
 
 A waiter is anything with a thread-safe ``set()``: a ``threading.Event`` for a wait that
-holds its thread (``run_change_awaited``), or a ``LoopWake`` for a wait that sleeps on the
-web process's event loop and holds no thread (``cairn.asgi``).
+holds its thread (``runtime.services.runner.run_wait_next``), or a ``LoopWake`` for a wait
+that sleeps on the web process's event loop and holds no thread (``cairn.asgi``). Waiters
+and announcements meet on ``_key``: one spelling of the run's id, however a caller wrote it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from typing import Protocol, TypeVar
+from uuid import UUID
 
 from django.db import connection, transaction
 
@@ -42,8 +44,20 @@ class Waiter(Protocol):
     def set(self) -> None: ...
 
 
+W = TypeVar("W", bound=Waiter)
+
+
 _lock = threading.Lock()
 _waiters: dict[str, set[Waiter]] = {}
+
+
+def _key(run_id: object) -> str:
+    """The run's id as changes are announced and subscribed (PostgreSQL's ``id::text``: a
+    UUID's lowercase hyphenated form), so a caller spelling it otherwise is still woken."""
+    try:
+        return str(UUID(str(run_id)))
+    except ValueError:
+        return str(run_id)  # not a run's id: nothing announces it, nothing is woken
 
 
 def _wake(run_id: str) -> None:
@@ -74,11 +88,11 @@ class LoopWake:
 
 
 @contextmanager
-def run_change_subscribed(run_id: object, waiter: Waiter) -> Iterator[Waiter]:
+def run_change_subscribed(run_id: object, waiter: W) -> Iterator[W]:
     """``waiter.set()`` is called when the run changes (a committed change), for the
     duration of the block. Touches no database: call ``run_change_listen`` from a thread
     that may (on PostgreSQL the listener must be up before the waiter's first look)."""
-    key = str(run_id)
+    key = _key(run_id)
     with _lock:
         _waiters.setdefault(key, set()).add(waiter)
     try:
@@ -100,15 +114,6 @@ def run_change_listen() -> None:
         _listener_start(connection.get_connection_params())
 
 
-@contextmanager
-def run_change_awaited(run_id: object) -> Iterator[threading.Event]:
-    """An event set when the run changes (a committed change), for the duration of the
-    block. Starts this process's listener on PostgreSQL."""
-    run_change_listen()
-    with run_change_subscribed(run_id, threading.Event()) as event:
-        yield event  # type: ignore[misc]
-
-
 def recheck_seconds() -> float:
     """How long a waiter may sleep before it looks again without a notification: long while
     this process listens (PostgreSQL), short otherwise (SQLite, or a lost listener). Touches
@@ -119,7 +124,7 @@ def recheck_seconds() -> float:
 def run_changed(*, run_id: object) -> None:
     """Announce, inside the transaction that changes the run, that it changed: waiters in
     every process wake when (and only if) it commits. One statement on PostgreSQL."""
-    key = str(run_id)
+    key = _key(run_id)
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, key])
@@ -130,7 +135,7 @@ def run_changed(*, run_id: object) -> None:
 def run_committed(*, run_id: object) -> None:
     """A commit wrote the run (its statement notified other processes on PostgreSQL): wake
     this process's waiters once the transaction commits."""
-    key = str(run_id)
+    key = _key(run_id)
     transaction.on_commit(lambda: _wake(key))
 
 

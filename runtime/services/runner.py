@@ -156,11 +156,14 @@ class RunWait:
     def sleep_seconds(self) -> float:
         """How long to sleep before the next look (0: the wait is over): until the
         deadline, a retry coming due, or the change notifications' safety re-check."""
-        seconds = min(self.deadline - time.monotonic(), recheck_seconds())
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            return 0.0
+        seconds = min(left, recheck_seconds())
         if self.retry_due_at is not None:
             due_in = (self.retry_due_at - timezone.now()).total_seconds()
             seconds = min(seconds, max(0.0, due_in + 0.01))
-        return max(0.0, seconds) if self.deadline > time.monotonic() else 0.0
+        return seconds
 
 
 def _looked(run: Run) -> dict[str, Any]:
@@ -211,8 +214,8 @@ def run_wait_next(*, tenant: Tenant, run_id: UUID | str, wait_seconds: int) -> N
             return wait.answer
         try:
             while (timeout := wait.sleep_seconds()) > 0:
-                changed.wait(timeout)  # type: ignore[attr-defined]
-                changed.clear()  # type: ignore[attr-defined]
+                changed.wait(timeout)
+                changed.clear()
                 wait = run_wait_look(wait=wait)
                 if wait.answer.due:
                     break
