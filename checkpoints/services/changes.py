@@ -54,6 +54,8 @@ _waiters: dict[str, set[Waiter]] = {}
 def _key(run_id: object) -> str:
     """The run's id as changes are announced and subscribed (PostgreSQL's ``id::text``: a
     UUID's lowercase hyphenated form), so a caller spelling it otherwise is still woken."""
+    if isinstance(run_id, UUID):
+        return str(run_id)
     try:
         return str(UUID(str(run_id)))
     except ValueError:

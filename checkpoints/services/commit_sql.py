@@ -179,6 +179,8 @@ class Committed:
 
 
 def _json(value: Any) -> str:
+    # The standard encoder's spacing, as the ORM writes a JSONField: on SQLite another
+    # writer's conditional UPDATE (a charge) compares the stored text as written.
     return json.dumps(value)
 
 
