@@ -11,13 +11,14 @@ stays small. A process that dies loses at most its unflushed samples.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
@@ -61,14 +62,28 @@ def latency_flush() -> int:
     try:
         # Metrics bookkeeping, whichever commit happens to flush it: not a span of that
         # commit's step (tracing.protocol_statements).
-        with tracing.protocol_statements():
-            CommitLatencySample.objects.bulk_create(
-                [CommitLatencySample(seconds=value) for value in samples]
-            )
+        with tracing.protocol_statements(), connection.cursor() as cursor:
+            cursor.execute(*_insert(samples))
     except DatabaseError:
         log.warning("commit latency samples not recorded", exc_info=True)
         return 0
     return len(samples)
+
+
+_TABLE = CommitLatencySample._meta.db_table
+
+
+def _insert(samples: list[float]) -> tuple[str, list]:
+    """One INSERT of every sample with two parameters, however many samples: the samples
+    as one array (PostgreSQL) or one JSON list (SQLite). Not the ORM: the commit that fills
+    the buffer pays for the write, and a thousand model instances and their compiled INSERT
+    (two on SQLite, past its 999 parameters) cost it about 20 ms."""
+    now = timezone.now()
+    if connection.vendor == "postgresql":
+        sql = f"INSERT INTO {_TABLE} (seconds, created_at) SELECT s, %s FROM unnest(%s::float8[]) s"
+        return sql, [now, samples]
+    sql = f"INSERT INTO {_TABLE} (seconds, created_at) SELECT value, %s FROM json_each(%s)"
+    return sql, [connection.ops.adapt_datetimefield_value(now), json.dumps(samples)]
 
 
 def _le(bound: float) -> str:

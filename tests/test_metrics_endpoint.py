@@ -236,3 +236,35 @@ def test_latency_samples_are_buffered_and_written_in_one_insert(settings, db):
         0.02,
         0.03,
     ]
+
+
+def test_a_full_buffer_is_written_in_one_statement_built_without_the_orm(settings, db, monkeypatch):
+    # The commit that fills the buffer writes it: a thousand model instances and an INSERT
+    # compiled for them (two, past SQLite's 999 parameters) cost that commit about 20 ms.
+    from django.db import connection
+    from django.db.models.sql.compiler import SQLCompiler, SQLInsertCompiler
+    from django.test.utils import CaptureQueriesContext
+
+    from telemetry.latency import MAX_PENDING, commit_latency_record, latency_flush
+
+    settings.CAIRN_METRICS_FLUSH_SECONDS = 3600
+    latency_flush()
+    values = [i / 1000 for i in range(MAX_PENDING - 1)]
+    for value in values:
+        commit_latency_record(seconds=value)
+    compiled = []
+    for compiler in (SQLCompiler, SQLInsertCompiler):
+
+        def counted(self, *args, original=compiler.as_sql, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            compiled.append(self.query.model.__name__)
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(compiler, "as_sql", counted)
+    with CaptureQueriesContext(connection) as captured:
+        commit_latency_record(seconds=0.5)  # the thousandth: due, so it flushes
+    monkeypatch.undo()
+    assert len(captured.captured_queries) == 1, [q["sql"][:80] for q in captured]
+    assert compiled == []
+    stored = list(CommitLatencySample.objects.values_list("seconds", "created_at"))
+    assert sorted(seconds for seconds, _ in stored) == sorted([*values, 0.5])
+    assert all(created is not None for _, created in stored)
