@@ -11,7 +11,6 @@ from typing import Any
 from approvals.models import LIVE_STATUSES
 from cairn.errors import CairnError
 from checkpoints.models import ExternalOperation, OperationStatus, Run, RunStatus
-from checkpoints.services.budgets import budget_exhausted
 from console import forms_actions as f
 from runtime.services.actions import (
     GRANT_KEYS,
@@ -23,9 +22,9 @@ from runtime.services.actions import (
 from runtime.services.cancel import run_cancel
 from runtime.services.cancel_finish import cancel_blocking_operations
 from runtime.services.forks import run_fork, run_fork_review
-from runtime.services.operations import operation_record_outcome, operations_open
+from runtime.services.operations import operation_record_outcome
 from runtime.services.pause import pause_refusal, run_pause, run_unpause, unpause_refusal
-from runtime.services.retry import retry_refusal, run_retry, workflow_steps
+from runtime.services.retry import retry_check, run_retry
 from tenants.access import ConsoleAccess
 
 
@@ -160,7 +159,10 @@ def _unpause_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
 
 
 def _retry_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
-    choice = next(c for c in workflow_steps(run) if c.step == data["step"])
+    try:  # the refusal the retry itself would answer (one function decides: retry_check)
+        choice = retry_check(run, data["step"])
+    except CairnError as refusal:
+        return Summary(blocked=refusal.detail)
     summary = Summary(
         [
             f"Checkpoint #{run.checkpoint_sequence + 1} is appended: the run moves from state "
@@ -175,16 +177,6 @@ def _retry_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
             f"The run's open approval request is closed (superseded): it is bound to version "
             f"{run.version}. The run asks again when it reaches its approval state."
         )
-    keys = list(operations_open(run=run).values_list("idempotency_key", flat=True))
-    refusal = retry_refusal(run, choice)
-    if refusal:
-        summary.blocked = refusal
-    elif keys:
-        summary.blocked = (
-            f"Operations {', '.join(keys)} have no known outcome; settle them before a retry."
-        )
-    elif budget_exhausted(run):
-        summary.blocked = f"It cannot run again: {budget_exhausted(run)}. Grant budget first."
     return summary
 
 

@@ -7,6 +7,7 @@ import pytest
 from cairn.errors import (
     ActionNotAllowed,
     BudgetExhausted,
+    CairnError,
     ConcurrentCheckpointWrite,
     InvalidRequest,
     LeaseHeld,
@@ -179,6 +180,69 @@ def test_retry_refuses_while_a_worker_holds_the_lease(at_review, bob):
             reason="x",
             actor=Actor(user=bob),
         )
+
+
+def _cancelled(run, bob):  # noqa: ANN001, ANN202
+    run_cancel(tenant=run.tenant, run_id=run.id, reason="x", actor=Actor(user=bob))
+    return run, "draft"
+
+
+def _status(status):  # noqa: ANN001, ANN202
+    def made(run, bob):  # noqa: ANN001, ANN202
+        Run.objects.filter(pk=run.pk).update(status=status)
+        return run, "draft"
+
+    return made
+
+
+def _open_operation(run, bob):  # noqa: ANN001, ANN202
+    operation(run, "publish-1", "unknown")
+    return run, "draft"
+
+
+def _spent_budget(run, bob):  # noqa: ANN001, ANN202
+    spent = worker_run(run.tenant, bob, budget={"max_tokens": 10})
+    return advance(spent, bob, "draft_answer", envelope={"budgets": {"tokens_used": 10}}), "draft"
+
+
+def _past_approval(run, bob):  # noqa: ANN001, ANN202
+    return run, "publish_answer"
+
+
+def _unknown_step(run, bob):  # noqa: ANN001, ANN202
+    return run, "no_such_step"
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [
+        _cancelled,
+        _status(RunStatus.CANCELLING),
+        _status(RunStatus.RECONCILING),
+        _open_operation,
+        _spent_budget,
+        _past_approval,
+        _unknown_step,
+    ],
+)
+def test_the_retry_preview_is_blocked_by_exactly_what_the_retry_refuses(at_review, bob, refused):
+    # One function decides whether a retry may run (retry_check): the console's preview
+    # says the refusal the action would answer, never "it will happen" before a refusal.
+    from console.action_specs import ACTIONS
+
+    run, step = refused(at_review, bob)
+    run.refresh_from_db()
+    with pytest.raises(CairnError) as caught:
+        run_retry(tenant=run.tenant, run_id=run.id, step=step, reason="x", actor=Actor(user=bob))
+    assert ACTIONS["retry"].summary(run, {"step": step}, None).blocked == caught.value.detail
+
+
+def test_the_retry_preview_of_an_allowed_step_says_what_happens(at_review):
+    from console.action_specs import ACTIONS
+
+    summary = ACTIONS["retry"].summary(at_review, {"step": "draft"}, None)
+    assert not summary.blocked
+    assert summary.lines[0].startswith(f"Checkpoint #{at_review.checkpoint_sequence + 1}")
 
 
 # --- fork --------------------------------------------------------------------------------
