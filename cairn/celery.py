@@ -1,6 +1,6 @@
 import os
 
-from celery import Celery
+from celery import Celery, bootsteps
 from celery.signals import task_postrun, task_prerun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cairn.settings")
@@ -25,3 +25,37 @@ def _close_old_connections(**_kwargs: object) -> None:
 
 task_prerun.connect(_close_old_connections, weak=False)
 task_postrun.connect(_close_old_connections, weak=False)
+
+
+def _wake_for_ready_callbacks(hub) -> None:  # noqa: ANN001 - kombu's Hub
+    # Called by the hub just before it polls. Callbacks that became ready while the hub ran
+    # its ready ones (kombu 5.7's create_loop) wait for that poll, up to 10 s, unless
+    # something wakes it, and the loop's own thread never does (Hub.call_soon wakes it only
+    # from other threads). One of them is a task's acknowledgement (acks_late): with a
+    # prefetch of one the broker holds the next message until it arrives, so a worker sat
+    # idle for up to 10 s between messages while its queue filled (on RabbitMQ; Redis's
+    # transport was not seen to stall: tests/test_worker_event_loop.py). Waking the poller
+    # makes the poll return at once and the hub run them. kombu's waker is private API:
+    # without one (kombu before 5.7) this does nothing.
+    waker = getattr(hub, "_waker", None)
+    if waker is not None and getattr(hub, "_ready", None):
+        waker.wake()
+
+
+class _WakeForReadyCallbacks(bootsteps.StartStopStep):
+    """The worker's event loop runs a ready callback (an acknowledgement) at once, never
+    after its next poll (see _wake_for_ready_callbacks)."""
+
+    requires = ("celery.worker.components:Hub",)
+
+    def start(self, worker) -> None:  # noqa: ANN001
+        hub = getattr(worker, "hub", None)
+        if hub is not None:  # None without the event loop (filesystem broker, solo synloop)
+            hub.on_tick.add(self._wake)
+            self._hub = hub
+
+    def _wake(self) -> None:
+        _wake_for_ready_callbacks(self._hub)
+
+
+app.steps["worker"].add(_WakeForReadyCallbacks)

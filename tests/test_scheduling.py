@@ -9,7 +9,8 @@ import sys
 import threading
 import time
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
+from itertools import pairwise
 
 import pytest
 from django.db import connection
@@ -86,6 +87,71 @@ def test_a_job_that_raises_releases_its_claim():
     assert PeriodicJob.objects.get(name=JOB).running_until is None
 
 
+_LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}): ")
+
+
+def _longest_pause(log: str) -> str:
+    """The longest stretch between two consecutive timed lines of a worker's log (or since
+    its last line)."""
+    times = [
+        datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
+        for match in map(_LOG_TIME.match, log.splitlines())
+        if match
+    ]
+    if not times:
+        return "no timed lines"
+    # The log's times are local, as datetime.now() is; the silence since its last line too.
+    gap, before = max((b - a, a) for a, b in pairwise([*times, datetime.now()]))
+    return f"{gap.total_seconds():.1f} s after {before:%H:%M:%S.%f}"
+
+
+def _queue_depth(broker) -> str:  # noqa: ANN001
+    from cairn.celery import app
+
+    queue = broker.env.get("CAIRN_TASK_QUEUE") or app.conf.task_default_queue
+    try:
+        with app.connection_for_write() as conn:
+            ok = conn.default_channel.queue_declare(queue=queue, passive=True)
+        return f"{ok.message_count} ready, {ok.consumer_count} consumer(s) on {queue}"
+    except Exception as exc:  # noqa: BLE001 - a diagnostic only
+        return f"unknown ({exc!r})"
+
+
+def _two_beats_state(names: set[str], worker, tmp_path, broker) -> str:  # noqa: ANN001
+    """What a two-beats run looked like when its wait timed out: per job what each beat
+    sent, what the worker took and what the claims counted."""
+    log = worker.log()
+    received = Counter(re.findall(r"Task ([\w.]+)\[[^\]]+\] received", log))
+    sent = {
+        side: Counter(
+            re.findall(
+                r"Sending due task \S+ \(([\w.]+)\)",
+                (tmp_path / f"beat-{side}.log").read_text(errors="replace"),
+            )
+        )
+        for side in ("a", "b")
+    }
+    jobs = {job.name: job for job in PeriodicJob.objects.all()}
+    lines = []
+    for name in sorted(names):
+        job = jobs.get(name)
+        runs, skipped = (job.runs, job.skipped) if job else (0, 0)
+        missing = [label for label, count in (("run", runs), ("skip", skipped)) if not count]
+        lines.append(
+            f"  {name}: sent a={sent['a'][name]} b={sent['b'][name]}, "
+            f"worker took {received[name]}, runs={runs} skipped={skipped}"
+            + (f"  <- no {' and no '.join(missing)}" if missing else "")
+        )
+    return "\n".join(
+        [
+            f"worker alive={worker.alive}, took {sum(received.values())} messages, "
+            f"longest pause in its log: {_longest_pause(log)}; "
+            f"queue: {_queue_depth(broker)}",
+            *lines,
+        ]
+    )
+
+
 @pytest.mark.worker
 def test_two_real_beats_start_each_job_once_per_interval(broker, worker_factory, tmp_path):
     env_extra = {"DJANGO_SETTINGS_MODULE": "tests.beat_settings"}
@@ -117,6 +183,7 @@ def test_two_real_beats_start_each_job_once_per_interval(broker, worker_factory,
             ),
             what="every job run once and refused to the other scheduler at least once",
             timeout=120,
+            detail=lambda: _two_beats_state(names, worker, tmp_path, broker),
         )
         time.sleep(4 * BEAT_SECONDS)
     elapsed = time.monotonic() - started

@@ -31,16 +31,24 @@ REPO = Path(__file__).resolve().parent.parent
 TEST_WORKFLOW_MODULES = "runtime.demo,tests.runtime_workflows"
 
 
-def wait_for(predicate: Callable[[], object], *, what: str, timeout: float = 60.0) -> object:
-    """Poll until ``predicate()`` is truthy; fail the test naming ``what`` otherwise. This is
-    a condition wait, not a timing assertion: the timeout only bounds a broken run."""
+def wait_for(
+    predicate: Callable[[], object],
+    *,
+    what: str,
+    timeout: float = 60.0,
+    detail: Callable[[], str] | None = None,
+) -> object:
+    """Poll until ``predicate()`` is truthy; fail the test naming ``what`` otherwise (and
+    what ``detail()`` says of the state then, when given). This is a condition wait, not a
+    timing assertion: the timeout only bounds a broken run."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
+            said = f"\n{detail()}" if detail is not None else ""
+            pytest.fail(f"timed out waiting for {what}{said}")
         time.sleep(0.05)
 
 
