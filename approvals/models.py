@@ -179,8 +179,9 @@ class NotificationPreference(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     email = models.BooleanField(default=True)
     chat = models.BooleanField(default=False)
-    # Stored like a runner webhook's URL; never shown back in full, never logged.
-    chat_url = models.URLField(max_length=500, blank=True)
+    # A Slack-compatible webhook URL is its own credential: sealed at rest, bound to this
+    # row (approvals.services.preferences), never shown back in full, never logged.
+    chat_url_sealed = models.TextField(blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

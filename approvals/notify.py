@@ -49,6 +49,7 @@ from approvals.models import (
     NotificationPreference,
 )
 from approvals.selectors import review_queue
+from approvals.services.preferences import chat_url_of
 from approvals.services.standing import quorum_progress, reviewers_label
 from cairn.outbound import outbound_send
 from cairn.secrets import secret_resolve
@@ -109,7 +110,7 @@ def notifications_plan(*, request_id: UUID | str, event: str = "requested") -> i
             email = pref.email if pref else True
             if email and user.email and settings.CAIRN_EMAIL_NOTIFICATIONS:
                 channels.append(NotificationChannel.EMAIL)
-            if pref is not None and pref.chat and pref.chat_url:
+            if pref is not None and pref.chat and pref.chat_url_sealed:
                 channels.append(NotificationChannel.CHAT)
             for channel in channels:
                 row, created = ApprovalNotification.objects.get_or_create(
@@ -197,7 +198,7 @@ def _send(row: ApprovalNotification) -> None:
     payload = {"text": f"*{subject}*\n{body}"}
     answer = outbound_send(
         "POST",
-        pref.chat_url,
+        chat_url_of(pref),
         body=json.dumps(payload).encode(),
         headers={"Content-Type": "application/json"},
     )

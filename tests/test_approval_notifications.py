@@ -10,16 +10,26 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.utils import timezone
 
-from approvals.models import ApprovalDecision, ApprovalNotification, ApprovalRequest
+from approvals.models import (
+    ApprovalDecision,
+    ApprovalNotification,
+    ApprovalRequest,
+    NotificationPreference,
+)
 from approvals.notify import notification_deliver, notifications_plan, notifications_remind_due
 from approvals.services.preferences import (
+    chat_url_of,
     notification_preferences_get,
     notification_preferences_set,
 )
 from cairn.errors import InvalidRequest
+from checkpoints import crypto
 from checkpoints.models import OutboxMessage
 from tenants.models import AuditEvent
 from tenants.services import Actor, member_set_role
@@ -149,6 +159,78 @@ def test_a_chat_message_goes_to_the_members_incoming_webhook(smtp, acme, rita, p
     notifications_plan(request_id=pending.pk)
     deliver_all()
     assert len(hook.seen) == 1  # never twice
+
+
+HOOK_PATH = "/services/T000/B000/a-secret-token"
+
+
+def _stored(tenant) -> str:  # noqa: ANN001
+    """The chat URL column as the database holds it, read without the ORM."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT chat_url_sealed FROM approvals_notificationpreference WHERE tenant_id = %s",
+            [str(tenant.pk) if connection.vendor == "postgresql" else tenant.pk.hex],
+        )
+        return cursor.fetchone()[0]
+
+
+def test_a_chat_url_is_stored_sealed_and_still_delivers(smtp, acme, rita, pending, receivers):  # noqa: ANN001
+    hook = receivers()
+    url = f"http://127.0.0.1:{hook.port}{HOOK_PATH}"
+    notification_preferences_set(
+        tenant=acme, user=rita, chat=True, chat_url=url, actor=Actor(user=rita)
+    )
+    stored = _stored(acme)
+    assert "a-secret-token" not in stored and "127.0.0.1" not in stored
+    assert stored.startswith(f"{crypto.FORMAT}.{crypto.keyring().active_id}.")
+    notifications_plan(request_id=pending.pk)
+    deliver_all()
+    assert [path for _, path, _, _ in hook.seen] == [HOOK_PATH]
+    # Copied onto another member's row, the sealed URL does not open: it is bound to its row.
+    tom = _member("tom", acme, "reviewer")
+    NotificationPreference.objects.create(tenant=acme, user=tom, chat_url_sealed=stored)
+    with pytest.raises(crypto.DecryptionError):
+        notification_preferences_get(tenant=acme, user=tom)
+
+
+def test_rotate_keys_re_seals_chat_urls_under_the_active_key(settings, capsys, acme, rita, receivers):  # noqa: ANN001
+    url = f"http://127.0.0.1:{receivers().port}{HOOK_PATH}"
+    notification_preferences_set(
+        tenant=acme, user=rita, chat=True, chat_url=url, actor=Actor(user=rita)
+    )
+    old_spec = settings.CAIRN_ENCRYPTION_KEYS
+    new_spec = crypto.new_key_spec("k-chat")
+    settings.CAIRN_ENCRYPTION_KEYS = f"{new_spec},{old_spec}"
+    call_command("rotate_keys")
+    assert "chat URLs 1" in capsys.readouterr().out
+    assert _stored(acme).startswith(f"{crypto.FORMAT}.k-chat.")
+    settings.CAIRN_ENCRYPTION_KEYS = new_spec  # the old key can go
+    assert notification_preferences_get(tenant=acme, user=rita).chat_url_set
+    call_command("rotate_keys")
+    assert "chat URLs 0" in capsys.readouterr().out
+
+
+BEFORE_SEALING = [("approvals", "0007_approve_with_edits")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_chat_urls_stored_before_are_sealed_by_the_migration(acme, rita, receivers):  # noqa: ANN001
+    url = f"http://127.0.0.1:{receivers().port}{HOOK_PATH}"
+    executor = MigrationExecutor(connection)
+    executor.migrate(BEFORE_SEALING)
+    old = executor.loader.project_state(BEFORE_SEALING).apps.get_model(
+        "approvals", "NotificationPreference"
+    )
+    try:
+        old.objects.create(tenant_id=acme.pk, user_id=rita.pk, chat=True, chat_url=url)
+    finally:
+        latest = MigrationExecutor(connection)
+        latest.migrate(latest.loader.graph.leaf_nodes())
+    stored = _stored(acme)
+    assert "a-secret-token" not in stored and stored.startswith(f"{crypto.FORMAT}.")
+    shown = notification_preferences_get(tenant=acme, user=rita)
+    assert shown.chat and shown.chat_url_set and shown.chat_url_shown == "http://127.0.0.1/…"
+    assert chat_url_of(NotificationPreference.objects.get(tenant=acme, user=rita)) == url
 
 
 def test_a_chat_url_the_outbound_checks_refuse_is_refused_with_a_sentence(acme, rita):  # noqa: ANN001

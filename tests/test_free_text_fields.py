@@ -86,7 +86,7 @@ NOT_FREE_TEXT = {
     "checkpoints.BulkActionRun.detail": "a refusal's sentence a service composed",
     "checkpoints.OutboxMessage.payload": "ids, versions and keys Cairn composes",
     "checkpoints.RunnerWebhook.url": "checked by cairn.outbound: no userinfo",
-    "approvals.NotificationPreference.chat_url": "checked by cairn.outbound: no userinfo",
+    "approvals.NotificationPreference.chat_url_sealed": "sealed",
     "approvals.ApprovalNotification.event": "an event name Cairn chooses",
     "approvals.ApprovalNotification.last_error": "composed by Cairn from a send's failure",
     "approvals.ApprovalRequest.reviewer_role": "a role name the definition's normal form checked",

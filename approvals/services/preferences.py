@@ -10,6 +10,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from approvals.models import NotificationPreference
+from checkpoints import crypto
 from cairn.errors import InvalidRequest
 from cairn.outbound import DestinationRefused, NotSent, destination_check
 from tenants.models import Tenant
@@ -28,6 +29,31 @@ class Preferences:
     email_address: str
 
 
+# What a sealed chat URL is bound to (checkpoints.crypto): the tenant, this table, the row.
+CHAT_URL_TABLE, CHAT_URL_FIELD = "notification_preference", "chat_url"
+
+
+def _chat_url_scope(row: NotificationPreference) -> dict[str, object]:
+    return {
+        "tenant_id": row.tenant_id,
+        "table": CHAT_URL_TABLE,
+        "row_id": row.pk,
+        "field": CHAT_URL_FIELD,
+    }
+
+
+def chat_url_seal(row: NotificationPreference, url: str) -> str:
+    """The sealed form of ``url`` for this saved row ("" stays "": no URL)."""
+    return crypto.seal(url.encode(), **_chat_url_scope(row)) if url else ""
+
+
+def chat_url_of(row: NotificationPreference) -> str:
+    """The row's chat URL in the clear ("" when none); raises DecryptionError or
+    MissingKeyError rather than return a URL not sealed for this row."""
+    sealed = row.chat_url_sealed
+    return crypto.unseal(sealed, **_chat_url_scope(row)).decode() if sealed else ""
+
+
 def _shown(url: str) -> str:
     if not url:
         return ""
@@ -39,9 +65,8 @@ def notification_preferences_get(*, tenant: Tenant, user: AbstractBaseUser) -> P
     row = NotificationPreference.objects.filter(tenant=tenant, user=user).first()
     if row is None:
         return Preferences(True, False, False, "", user.email or "")
-    return Preferences(
-        row.email, row.chat, bool(row.chat_url), _shown(row.chat_url), user.email or ""
-    )
+    url = chat_url_of(row)
+    return Preferences(row.email, row.chat, bool(url), _shown(url), user.email or "")
 
 
 def notification_preferences_set(
@@ -71,6 +96,7 @@ def notification_preferences_set(
     if problems:
         raise InvalidRequest("That chat URL cannot be used; nothing was changed.", fields=problems)
     with transaction.atomic():
+        # The row exists before its URL is sealed: the seal is bound to the row's id.
         row, _ = NotificationPreference.objects.select_for_update().get_or_create(
             tenant=tenant, user=user
         )
@@ -79,8 +105,8 @@ def notification_preferences_set(
         if chat is not None:
             row.chat = chat
         if chat_url is not None:
-            row.chat_url = chat_url
-        if row.chat and not row.chat_url:
+            row.chat_url_sealed = chat_url_seal(row, chat_url)
+        if row.chat and not row.chat_url_sealed:
             raise InvalidRequest(
                 "Chat messages need a Slack-compatible incoming-webhook URL; nothing was changed.",
                 fields={"chat_url": "required for chat messages"},
@@ -91,6 +117,10 @@ def notification_preferences_set(
             actor=actor,
             action="notification.preferences",
             target=user.get_username(),
-            details={"email": row.email, "chat": row.chat, "chat_url_set": bool(row.chat_url)},
+            details={
+                "email": row.email,
+                "chat": row.chat,
+                "chat_url_set": bool(row.chat_url_sealed),
+            },
         )
     return notification_preferences_get(tenant=tenant, user=user)

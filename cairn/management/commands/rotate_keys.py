@@ -3,6 +3,7 @@ keeps sealed rows of its own. It lives in the project because it spans the apps.
 
 from django.core.management.base import BaseCommand
 
+from approvals.keys import approvals_keys_rotate
 from checkpoints.services.keys import keys_rotate
 from langgraph_store.keys import langgraph_keys_rotate
 
@@ -19,5 +20,6 @@ class Command(BaseCommand):
 
         totals = keys_rotate(batch_size=batch_size, progress=progress)
         totals["langgraph"] = langgraph_keys_rotate(batch_size=batch_size, progress=progress)
+        totals["chat URLs"] = approvals_keys_rotate(batch_size=batch_size, progress=progress)
         summary = ", ".join(f"{kind} {count}" for kind, count in totals.items())
         self.stdout.write(self.style.SUCCESS(f"Rotation complete: {summary}."))
