@@ -19,7 +19,7 @@ from runtime.services.actions import (
     run_grant_budget,
     run_resume,
 )
-from runtime.services.cancel import run_cancel
+from runtime.services.cancel import cancel_refusal, run_cancel
 from runtime.services.cancel_finish import cancel_blocking_operations
 from runtime.services.forks import run_fork, run_fork_review
 from runtime.services.operations import operation_record_outcome
@@ -96,6 +96,9 @@ def _resume_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
 
 
 def _cancel_summary(run: Run, data: dict, access: ConsoleAccess) -> Summary:
+    refusal = cancel_refusal(run)
+    if refusal is not None:
+        return Summary(blocked=refusal.detail)
     keys = list(cancel_blocking_operations(run).values_list("idempotency_key", flat=True))
     if not keys:
         summary = Summary(

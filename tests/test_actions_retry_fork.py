@@ -245,6 +245,19 @@ def test_the_retry_preview_of_an_allowed_step_says_what_happens(at_review):
     assert summary.lines[0].startswith(f"Checkpoint #{at_review.checkpoint_sequence + 1}")
 
 
+@pytest.mark.parametrize("status", [RunStatus.CANCELLED, RunStatus.CANCELLING, RunStatus.FAILED])
+def test_the_cancel_preview_is_blocked_by_exactly_what_the_cancel_refuses(at_review, bob, status):
+    # The same one-function rule for cancel (cancel_refusal): a run the cancel refuses is
+    # never previewed as "the run stops now".
+    from console.action_specs import ACTIONS
+
+    Run.objects.filter(pk=at_review.id).update(status=status)
+    run = Run.objects.get(pk=at_review.id)
+    with pytest.raises(CairnError) as caught:
+        run_cancel(tenant=run.tenant, run_id=run.id, reason="x", actor=Actor(user=bob))
+    assert ACTIONS["cancel"].summary(run, {}, None).blocked == caught.value.detail
+
+
 # --- fork --------------------------------------------------------------------------------
 def test_merge_patch_follows_rfc_7396():
     target = {"a": "b", "c": {"d": "e", "f": "g"}}
