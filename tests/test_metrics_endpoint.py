@@ -240,7 +240,7 @@ def test_latency_samples_are_buffered_and_written_in_one_insert(settings, db):
 
 def test_a_full_buffer_is_written_in_one_statement_built_without_the_orm(settings, db, monkeypatch):
     # The commit that fills the buffer writes it: a thousand model instances and an INSERT
-    # compiled for them (two, past SQLite's 999 parameters) cost that commit about 20 ms.
+    # compiled for them (three, past SQLite's 999 parameters) cost that commit about 20 ms.
     from django.db import connection
     from django.db.models.sql.compiler import SQLCompiler, SQLInsertCompiler
     from django.test.utils import CaptureQueriesContext
