@@ -119,6 +119,12 @@ def test_after_a_restore_into_a_fresh_database_with_a_fresh_broker_every_run_res
     approved, published = start_demo(acme, bob), start_demo(acme, bob)
     for run in (approved, published):
         pending(run)
+        # The approval is asked inside the step; the worker lets the lease go just after.
+        # Killed before that, it would leave a live lease the doomed worker backs off from.
+        wait_for(
+            lambda run=run: Run.objects.filter(pk=run.pk, lease_owner="").exists(),
+            what=f"run {run.pk}'s lease to be let go",
+        )
     first.kill()
     # The publish call is made, and its worker killed before it records the answer.
     marker = tmp_path / "crashed"
