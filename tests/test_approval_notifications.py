@@ -193,7 +193,7 @@ def test_a_chat_url_is_stored_sealed_and_still_delivers(smtp, acme, rita, pendin
         notification_preferences_get(tenant=acme, user=tom)
 
 
-def test_rotate_keys_re_seals_chat_urls_under_the_active_key(settings, capsys, acme, rita, receivers):  # noqa: ANN001
+def test_rotate_keys_re_seals_chat_urls(settings, capsys, acme, rita, receivers):  # noqa: ANN001
     url = f"http://127.0.0.1:{receivers().port}{HOOK_PATH}"
     notification_preferences_set(
         tenant=acme, user=rita, chat=True, chat_url=url, actor=Actor(user=rita)

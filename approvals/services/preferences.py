@@ -10,9 +10,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from approvals.models import NotificationPreference
-from checkpoints import crypto
 from cairn.errors import InvalidRequest
 from cairn.outbound import DestinationRefused, NotSent, destination_check
+from checkpoints import crypto
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record
 
