@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from bench import cairn_side
 from bench.common import QUICK, ROOT, Measurement, payload, timed_threads
@@ -29,6 +30,8 @@ SERVERS = {
     # The server before: gthread threads serving the WSGI application, each long-poll
     # holding one.
     "gthread": ["cairn.wsgi:application", "-k", "gthread"],
+    # The floor: the same server and worker around an application that does nothing.
+    "floor": ["-c", "python:cairn.gunicorn", "bench.noop_asgi:application"],
 }
 
 
@@ -62,10 +65,10 @@ def _server(kind: str) -> subprocess.Popen:
     while time.monotonic() < deadline:
         try:
             conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=2)
-            # Any answer proves the server is up; 401 is the cheapest one.
+            # Any answer proves the server is up (Cairn's cheapest is a 401).
             conn.request("GET", "/api/v1/runs")
-            if conn.getresponse().status == 401:
-                return process
+            conn.getresponse().read()
+            return process
         except OSError:
             time.sleep(0.2)
     process.kill()
@@ -93,6 +96,21 @@ class HttpCommitter:
         self.version = json.loads(data)["run_version"]
 
 
+class Requester:
+    """One keep-alive client sending the same body-less request again and again."""
+
+    def __init__(self, method: str, path: str, expected: int) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=30)
+        self.method, self.path, self.expected = method, path, expected
+
+    def __call__(self, _index: int = 0) -> None:
+        self.conn.request(self.method, self.path)
+        response = self.conn.getresponse()
+        response.read()
+        if response.status != self.expected:
+            raise RuntimeError(f"{self.path} answered {response.status}, not {self.expected}")
+
+
 def _get(path: str, token: str | None = None, timeout: float = 60) -> int:
     conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=timeout)
     try:
@@ -104,29 +122,30 @@ def _get(path: str, token: str | None = None, timeout: float = 60) -> int:
         conn.close()
 
 
-def _commits(kind: str, tenant, token: str, rounds: int, warmup: int) -> list[Measurement]:  # noqa: ANN001
+def _one_and_eight(
+    what: str, client_of: Callable[[], Callable[[int], None]], rounds: int, warmup: int, note: str
+) -> list[Measurement]:
+    """``what`` from one keep-alive client (latency), then from CLIENTS at once (rate)."""
     from django.db import connection
 
     from bench.common import time_each
 
-    label = "" if kind == "asgi" else f", {kind}"
-    one = HttpCommitter(tenant, token, 2048)
-    samples = time_each(one, rounds, warmup)
+    samples = time_each(client_of(), rounds, warmup)
     results = [
         Measurement(
             "http",
             "cairn-http",
-            f"2KB one client{label}",
+            f"{what} one client",
             samples=samples,
             throughput=1000 / (sum(samples) / len(samples)),
         )
     ]
-    committers = [HttpCommitter(tenant, token, 2048) for _ in range(CLIENTS)]
+    clients = [client_of() for _ in range(CLIENTS)]
     latencies: list[list[float]] = [[] for _ in range(CLIENTS)]
 
     def client(index: int) -> None:
         try:
-            latencies[index] = time_each(committers[index], rounds // 2, 0)
+            latencies[index] = time_each(clients[index], rounds // 2, 0)
         finally:
             connection.close()
 
@@ -137,14 +156,47 @@ def _commits(kind: str, tenant, token: str, rounds: int, warmup: int) -> list[Me
         Measurement(
             "http",
             "cairn-http",
-            f"2KB {CLIENTS} keep-alive clients{label}",
+            f"{what} {CLIENTS} keep-alive clients",
             samples=flat,
             throughput=len(flat) / elapsed,
-            note=f"{kind}: gunicorn, {PROCESSES} processes x {THREADS} threads"
-            + (" (cairn/gunicorn.py: uvicorn's worker, cairn.asgi)" if kind == "asgi" else ""),
+            note=note,
         )
     )
     return results
+
+
+def _commits(kind: str, tenant, token: str, rounds: int, warmup: int) -> list[Measurement]:  # noqa: ANN001
+    label = "" if kind == "asgi" else f", {kind}"
+    note = f"{kind}: gunicorn, {PROCESSES} processes x {THREADS} threads" + (
+        " (cairn/gunicorn.py: uvicorn's worker, cairn.asgi)" if kind == "asgi" else ""
+    )
+    results = _one_and_eight(
+        "2KB", lambda: HttpCommitter(tenant, token, 2048), rounds, warmup, note
+    )
+    for row in results:
+        row.variant += label
+    return results
+
+
+def _floors(kind: str, rounds: int, warmup: int) -> list[Measurement]:
+    """What a request costs before any commit work: nothing at all behind the same server
+    (``floor``), and Cairn's cheapest answer, a 401 (Django and DRF, no statement)."""
+    note = f"gunicorn with cairn/gunicorn.py, {PROCESSES} processes x {THREADS} threads"
+    if kind == "floor":
+        return _one_and_eight(
+            "empty request (an ASGI app that does nothing),",
+            lambda: Requester("POST", "/", 204),
+            rounds,
+            warmup,
+            note + ": bench/noop_asgi.py",
+        )
+    return _one_and_eight(
+        "401 (no token: Django and DRF, no statement),",
+        lambda: Requester("GET", "/api/v1/runs", 401),
+        rounds,
+        warmup,
+        note + ", cairn.asgi",
+    )
 
 
 def _while_waiting(kind: str, tenant, token: str) -> list[Measurement]:  # noqa: ANN001
@@ -238,8 +290,11 @@ def http_case(tenant) -> list[Measurement]:  # noqa: ANN001
     for kind in SERVERS:
         server = _server(kind)
         try:
-            results += _commits(kind, tenant, token, rounds, warmup)
-            results += _while_waiting(kind, tenant, token)
+            if kind != "floor":
+                results += _commits(kind, tenant, token, rounds, warmup)
+                results += _while_waiting(kind, tenant, token)
+            if kind != "gthread":
+                results += _floors(kind, rounds, warmup)
         finally:
             server.terminate()
             server.wait(timeout=60)
