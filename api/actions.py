@@ -15,6 +15,7 @@ from rest_framework.response import Response
 
 from api.serializers import ErrorSerializer, RunSerializer, StrictSerializer
 from api.views import CairnAPIView, _errors
+from cairn.errors import InvalidRequest
 from checkpoints.services.budgets import BUDGET_LIMIT_MAX
 from runtime.services.actions import MAX_REASON, run_grant_budget, run_resume
 from runtime.services.cancel import run_cancel
@@ -220,13 +221,9 @@ class ForkPreviewView(ActionView):
         raw = request.query_params.get("from_sequence", "")
         # ASCII digits only: str.isdigit() also admits "²" (which int() refuses) and "٣".
         if not (raw.isascii() and raw.isdigit() and len(raw) <= 18) or int(raw) < 1:
-            return Response(
-                {
-                    "code": "invalid_request",
-                    "detail": "Name the checkpoint: ?from_sequence=N (a whole number from 1).",
-                    "fields": {"from_sequence": "required"},
-                },
-                status=400,
+            raise InvalidRequest(
+                "Name the checkpoint: ?from_sequence=N (a whole number from 1).",
+                fields={"from_sequence": "required"},
             )
         sequence = int(raw)
         warnings = run_fork_preview(tenant=self.tenant, run_id=run_id, from_sequence=sequence)

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 from api import serializers as s
 from api.pagination import OldestFirst, Pagination
 from api.parsers import read_limited
+from cairn.errors import InvalidRequest
 from checkpoints.models import Checkpoint, RunStatus
 from checkpoints.selectors import runs_for_tenant
 from checkpoints.services.artifacts import artifact_get, artifact_read, artifact_store
@@ -80,9 +81,7 @@ class WorkflowVersionView(CairnAPIView):
     )
     def put(self, request: Request, workflow_type: str, version: str) -> Response:
         if not isinstance(request.data, dict):
-            return Response(
-                {"code": "invalid_request", "detail": "The body must be a JSON object."}, 400
-            )
+            raise InvalidRequest("The body must be a JSON object.")
         row, created = workflow_register(
             tenant=self.tenant,
             workflow_type=workflow_type,
@@ -121,22 +120,10 @@ class RunListView(CairnAPIView):
         params = request.query_params
         paused = PAUSED_VALUES.get(params.get("paused", ""), "bad")
         if "paused" in params and paused == "bad":
-            return Response(
-                {
-                    "code": "invalid_request",
-                    "detail": "paused is true or false.",
-                    "fields": {"paused": "true or false"},
-                },
-                status=400,
-            )
+            raise InvalidRequest("paused is true or false.", fields={"paused": "true or false"})
         if "status" in params and params["status"] not in RunStatus.values:
-            return Response(
-                {
-                    "code": "invalid_request",
-                    "detail": f"Unknown status '{params['status']}'.",
-                    "fields": {"status": "not a run status"},
-                },
-                status=400,
+            raise InvalidRequest(
+                f"Unknown status '{params['status']}'.", fields={"status": "not a run status"}
             )
         runs = runs_for_tenant(
             self.tenant,
@@ -348,13 +335,6 @@ class LeaseView(CairnAPIView):
     def delete(self, request: Request, run_id: str) -> Response:
         owner = request.query_params.get("owner", "")
         if not owner:
-            return Response(
-                {
-                    "code": "invalid_request",
-                    "detail": "Name the lease owner: ?owner=…",
-                    "fields": {"owner": "required"},
-                },
-                status=400,
-            )
+            raise InvalidRequest("Name the lease owner: ?owner=NAME.", fields={"owner": "required"})
         lease_release(tenant=self.tenant, run_id=run_id, owner=owner)
         return Response(status=status.HTTP_204_NO_CONTENT)

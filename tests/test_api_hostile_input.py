@@ -267,3 +267,41 @@ def test_the_schema_describes_every_list_as_a_page(api):
         ref = get["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
         page = schema["components"]["schemas"][ref.rsplit("/", 1)[-1]]
         assert {"next", "results"} <= set(page["properties"]), path
+
+
+def test_no_view_builds_an_error_body_by_hand():
+    # One way to refuse: a view raises a CairnError and api.errors renders it, so every
+    # refusal has the documented shape (and its Retry-After, its log line) by construction.
+    import re
+    from pathlib import Path
+
+    api_package = Path(__file__).resolve().parent.parent / "api"
+    by_hand = re.compile(r"""["']code["']\s*:\s*["']""")
+    built = [
+        f"{path.relative_to(api_package.parent)}:{number}"
+        for path in sorted(api_package.rglob("*.py"))
+        if path.name != "errors.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if by_hand.search(line)
+    ]
+    assert built == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        ("get", "/api/v1/runs?paused=maybe", None, "paused"),
+        ("get", "/api/v1/runs?status=asleep", None, "status"),
+        ("delete", "/api/v1/runs/{run}/lease", None, "owner"),
+        ("put", "/api/v1/workflows/listed/versions/1", ["not", "an", "object"], None),
+        ("get", "/api/v1/runs/{run}/actions/fork/preview", None, "from_sequence"),
+    ],
+    ids=["paused", "status", "lease-owner", "definition-not-an-object", "fork-preview"],
+)
+def test_each_parameter_refusal_is_a_400_with_a_sentence(api, method, path, body, field):
+    run = new_run(api)
+    response = getattr(api, method)(path.format(run=run["id"]), body, format="json")
+    answer = refused(response, 400, "invalid_request")
+    assert set(answer) <= {"code", "detail", "fields"}
+    if field:
+        assert answer["fields"] == {field: answer["fields"][field]} and answer["fields"][field]
