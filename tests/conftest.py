@@ -20,6 +20,7 @@ pytest_plugins = [
     "tests.s3_fixtures",
     "tests.receivers",
     "tests.smtp_support",
+    "tests.acme_rows_support",
 ]
 
 

@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from tests.test_api_hostile_input import every_list, new_run
+from tests.api_support import every_list, new_run
 
 pytestmark = pytest.mark.django_db
 

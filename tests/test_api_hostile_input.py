@@ -11,6 +11,7 @@ import pytest
 
 from checkpoints.models import Checkpoint, ExternalOperation, Run, WorkflowDefinition
 from checkpoints.services.budgets import BUDGET_LIMIT_MAX
+from tests.api_support import every_list, new_run
 
 pytestmark = pytest.mark.django_db
 
@@ -20,16 +21,6 @@ HUGE = 2**60
 @pytest.fixture
 def api(api_as, bob, acme, workflow):  # noqa: ANN001
     return api_as(bob, acme)
-
-
-def new_run(api, **budget) -> dict:  # noqa: ANN001, ANN003
-    response = api.post(
-        "/api/v1/runs",
-        {"workflow_type": "research", "execution": "external", "budget": budget or {}},
-        format="json",
-    )
-    assert response.status_code == 201, response.content
-    return response.json()
 
 
 def raw_post(api, path: str, body: str):  # noqa: ANN001, ANN201
@@ -111,17 +102,6 @@ def test_a_budget_past_its_bound_is_refused_at_creation_and_by_a_grant(api):
 
 def _cursor(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
-
-
-def every_list(run: dict) -> list[str]:
-    """The API's paginated lists an operator reads, those of ``run`` among them."""
-    return [
-        "/api/v1/runs",
-        "/api/v1/workflows",
-        f"/api/v1/runs/{run['id']}/checkpoints",
-        f"/api/v1/runs/{run['id']}/operations",
-        f"/api/v1/runs/{run['id']}/approvals",
-    ]
 
 
 @pytest.mark.parametrize("position", ["p=abc", "p=2026-13-99", "o=1&p=x"])

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from tenants.models import AuditEvent
 from tenants.services import Actor, audit_record
-from tests.test_members_page import markup_problems
+from tests.markup_support import markup_problems
 
 
 def client_for(user) -> Client:  # noqa: ANN001

@@ -35,19 +35,13 @@ from runtime.registry import workflows_sync
 from runtime.services.leases import lease_acquire
 from runtime.services.runs import run_create
 from tenants.services import Actor
+from tests.factories import ENVELOPE_GROUPS
 from tests.runtime_support import advance
 from tests.runtime_workflows import NOOP_STEPS
 from tests.worker_fixtures import wait_for
 
 ACTOR = Actor.system("test")
 LAST = []
-GROUPS = {
-    "inputs": {},
-    "evidence": {"artifacts": [], "validators": [], "outputs": {"n": 1}},
-    "side_effects": [],
-    "budgets": {},
-    "control": {},
-}
 # Statements of one commit, BEGIN and COMMIT included where the commit opens them.
 COMMIT_STATEMENTS = {"postgresql": 1, "sqlite": 5}
 # A step in the lean loop: its read, and its commit (which also marks the command it
@@ -66,7 +60,7 @@ def _commit(tenant, run_id, version, *, head=None, state="draft_answer"):  # noq
         run_id=run_id,
         head=head,
         request=CommitRequest(
-            expected_version=version, state=state, step=state, envelope=GROUPS, actor=ACTOR
+            expected_version=version, state=state, step=state, envelope=ENVELOPE_GROUPS, actor=ACTOR
         ),
     )
 
@@ -139,7 +133,10 @@ def test_a_stale_head_writes_nothing_and_is_decided_on_the_run_as_it_is(acme, wo
 
 def test_envelopes_are_compressed_before_encryption_and_old_rows_still_read(acme, workflow):
     run = _external_run(acme)
-    big = {**GROUPS, "evidence": {**GROUPS["evidence"], "outputs": {"text": "agent notes " * 4000}}}
+    big = {
+        **ENVELOPE_GROUPS,
+        "evidence": {**ENVELOPE_GROUPS["evidence"], "outputs": {"text": "agent notes " * 4000}},
+    }
     result = checkpoint_commit(
         tenant=acme,
         run_id=run.pk,
@@ -262,7 +259,7 @@ def _continuing_commit(acme, run, *, with_head: bool = False, charge_next_attemp
             expected_version=lease.run_version,
             state="n2",
             step="n1",
-            envelope={**GROUPS, "budgets": {"attempts_used": 1}},
+            envelope={**ENVELOPE_GROUPS, "budgets": {"attempts_used": 1}},
             actor=ACTOR,
             lease_owner="w",
             worker=WorkerLoop(charge_next_attempt=charge_next_attempt),
@@ -575,7 +572,7 @@ def _commit_releasing(tenant, run, version, **fields):  # noqa: ANN001, ANN003, 
         request=CommitRequest(
             expected_version=version,
             state="collect_sources",
-            envelope=GROUPS,
+            envelope=ENVELOPE_GROUPS,
             actor=ACTOR,
             lease_owner="w",
             worker=WorkerLoop(),
@@ -644,10 +641,10 @@ def test_an_http_commit_reads_the_head_once_and_opens_no_envelope(acme, bob, wor
     url = f"/api/v1/runs/{run.pk}/checkpoints"
     first = {"expected_version": run.version, "state": "draft_answer", "step": "d"}
     # The first request of a token also records its use; the pin is for the steady state.
-    assert api.post(url, {**first, "envelope": GROUPS}, format="json").status_code == 201
+    assert api.post(url, {**first, "envelope": ENVELOPE_GROUPS}, format="json").status_code == 201
     body = {"expected_version": run.version + 1, "state": "review", "step": "r"}
     with CaptureQueriesContext(connection) as queries:
-        response = api.post(url, {**body, "envelope": GROUPS}, format="json")
+        response = api.post(url, {**body, "envelope": ENVELOPE_GROUPS}, format="json")
     assert response.status_code == 201, response.content
     LAST[:] = [" ".join(q["sql"].split())[:80] for q in queries.captured_queries]
     assert len(queries) == HTTP_COMMIT_STATEMENTS[connection.vendor], LAST
@@ -670,7 +667,7 @@ def test_on_postgresql_the_commits_integrity_check_probes_the_head_by_its_key(
         expected_version=result.run_version,
         state="review",
         step="review",
-        envelope=GROUPS,
+        envelope=ENVELOPE_GROUPS,
         actor=ACTOR,
     )
     write = _commit_plan(acme, result.head, request, lease_now=clock.now()).write

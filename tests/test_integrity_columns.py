@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from checkpoints.models import Checkpoint, Run, RunStatus
+from tests.api_support import new_run
 from tests.factories import forge_checkpoint
 from tests.runtime_support import advance, start
-from tests.test_api_hostile_input import new_run
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from langgraph.types import Command
 
 from langgraph_store.saver import CairnSaver
 from langgraph_store.selectors import thread_runs
-from tests.test_langgraph_saver import config, interrupt_graph
+from tests.langgraph_support import config, interrupt_graph
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

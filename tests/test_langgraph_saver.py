@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import operator
-from typing import Annotated, TypedDict
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -15,7 +13,7 @@ from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, gen
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import INTERRUPT
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import Command, interrupt
+from langgraph.types import Command
 
 from checkpoints.models import Checkpoint, Run
 from checkpoints.services.checkpoints import run_verify
@@ -24,50 +22,10 @@ from langgraph_store import threads
 from langgraph_store.models import LangGraphCheckpoint
 from langgraph_store.saver import AsyncCairnSaver, CairnSaver
 from langgraph_store.selectors import thread_runs
+from tests.langgraph_support import Log, appender, ask, config, interrupt_graph, linear_graph
 
 # LangGraph stores from its own worker threads: they must see committed data.
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class Log(TypedDict, total=False):
-    log: Annotated[list[str], operator.add]
-    answer: str
-
-
-def appender(name: str):  # noqa: ANN201
-    def node(state: Log) -> Log:
-        return {"log": [name]}
-
-    return node
-
-
-def linear_graph(saver: CairnSaver):  # noqa: ANN201
-    builder = StateGraph(Log)
-    for name in ("a", "b", "c"):
-        builder.add_node(name, appender(name))
-    builder.add_edge(START, "a")
-    builder.add_edge("a", "b")
-    builder.add_edge("b", "c")
-    builder.add_edge("c", END)
-    return builder.compile(checkpointer=saver)
-
-
-def ask(state: Log) -> Log:
-    return {"answer": interrupt("May I?"), "log": ["asked"]}
-
-
-def interrupt_graph(saver: CairnSaver):  # noqa: ANN201
-    builder = StateGraph(Log)
-    builder.add_node("a", appender("a"))
-    builder.add_node("ask", ask)
-    builder.add_edge(START, "a")
-    builder.add_edge("a", "ask")
-    builder.add_edge("ask", END)
-    return builder.compile(checkpointer=saver)
-
-
-def config(thread: str) -> dict:
-    return {"configurable": {"thread_id": thread}}
 
 
 def envelopes(run: Run) -> list[dict]:

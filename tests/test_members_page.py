@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import Counter
-from html.parser import HTMLParser
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -17,6 +15,7 @@ from tenants import roles
 from tenants.members import member_password_link
 from tenants.models import ApiToken, AuditEvent
 from tenants.services import Actor, member_set_role, permissions_of, token_issue
+from tests.markup_support import markup_problems
 
 User = get_user_model()
 MEMBERS = "/members/"
@@ -35,54 +34,6 @@ def admin(alice) -> Client:  # noqa: ANN001
 
 def events(tenant, action):  # noqa: ANN001, ANN201
     return list(AuditEvent.objects.filter(tenant=tenant, action=action).order_by("id"))
-
-
-class _Markup(HTMLParser):
-    """Every id (with the form it is in), every label's ``for`` and every reference."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ids: list[str] = []
-        self.form_of: dict[str, int | None] = {}
-        self.labels: list[tuple[str, int | None]] = []
-        self.described: list[str] = []
-        self._forms = 0
-        self._open: list[int] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        attrs = dict(attrs)
-        if tag == "form":
-            self._forms += 1
-            self._open.append(self._forms)
-        form = self._open[-1] if self._open else None
-        if attrs.get("id"):
-            self.ids.append(attrs["id"])
-            self.form_of[attrs["id"]] = form
-        if tag == "label" and attrs.get("for"):
-            self.labels.append((attrs["for"], form))
-        for name in ("aria-describedby", "aria-labelledby"):
-            self.described += (attrs.get(name) or "").split()
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "form" and self._open:
-            self._open.pop()
-
-
-def markup_problems(html: str) -> list[str]:
-    """Duplicate ids, labels pointing elsewhere than into their own form, and aria
-    references to nothing: an empty list for a sound page."""
-    markup = _Markup()
-    markup.feed(html)
-    problems = [f"duplicate id {i}" for i, n in Counter(markup.ids).items() if n > 1]
-    for target, form in markup.labels:
-        if target not in markup.form_of:
-            problems.append(f"label for a missing {target}")
-        elif markup.form_of[target] != form:
-            problems.append(f"label for {target} outside its form")
-    problems += [
-        f"aria reference to a missing {i}" for i in markup.described if i not in markup.ids
-    ]
-    return problems
 
 
 def test_the_members_page_lists_each_member_with_role_and_is_for_admins_only(

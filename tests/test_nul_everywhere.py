@@ -20,8 +20,8 @@ from checkpoints.models import Checkpoint, ExternalOperation, Run
 from console.action_specs import ACTIONS
 from retention.models import RetentionPolicy
 from tenants.models import AuditEvent
+from tests.acme_rows_support import api_client, web_client
 from tests.security_support import served_methods, walk
-from tests.test_url_enumeration import Acme, acme_rows, api_client, web_client  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

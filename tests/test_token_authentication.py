@@ -14,8 +14,7 @@ from guardian.shortcuts import assign_perm, remove_perm
 from tenants import roles
 from tenants.models import RunGrant
 from tenants.services import Actor, permissions_of, token_authenticate, token_issue
-from tests.factories import UserFactory
-from tests.test_fast_path import GROUPS
+from tests.factories import ENVELOPE_GROUPS, UserFactory
 
 TENANT_PERMISSIONS = (roles.REVIEW, roles.OPERATE, roles.ADMIN)
 
@@ -78,7 +77,7 @@ def test_an_http_commit_builds_no_orm_query(acme, bob, workflow, api_as, monkeyp
     )
     url = f"/api/v1/runs/{run.pk}/checkpoints"
     body = {"expected_version": run.version, "state": "draft_answer", "step": "d"}
-    assert api.post(url, {**body, "envelope": GROUPS}, format="json").status_code == 201
+    assert api.post(url, {**body, "envelope": ENVELOPE_GROUPS}, format="json").status_code == 201
     compiled = []
     original = SQLCompiler.as_sql
 
@@ -88,7 +87,7 @@ def test_an_http_commit_builds_no_orm_query(acme, bob, workflow, api_as, monkeyp
 
     monkeypatch.setattr(SQLCompiler, "as_sql", counted)
     body = {"expected_version": run.version + 1, "state": "review", "step": "r"}
-    assert api.post(url, {**body, "envelope": GROUPS}, format="json").status_code == 201
+    assert api.post(url, {**body, "envelope": ENVELOPE_GROUPS}, format="json").status_code == 201
     assert compiled == []
 
 
