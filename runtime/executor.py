@@ -164,7 +164,7 @@ def _lease(
     *, run_id: UUID | str, expected_version: int, owner: str, span: Span
 ) -> tuple[Run, Lease] | str:
     """The run and this worker's lease on it, or the word for why there is nothing to do."""
-    try:  # get(), not first(): no ORDER BY to build for a primary key
+    try:
         run = Run.objects.select_related("workflow", "tenant").get(pk=run_id)
     except Run.DoesNotExist:
         log.info("command for a missing run ignored", extra={"run": str(run_id)})
@@ -283,7 +283,8 @@ class _Advance:
             self.lean = None
             if restored is not None:
                 self.still_ours()  # the step's one read
-                # Step 6 of the restore, as there: credentials still resolve, budgets.
+                # The restore's time-dependent policy (docs/design.md#restore, "Policy that
+                # depends on time"): the step's secrets still resolve, budgets and deadline.
                 halt = credentials_check(self.code, restored) or policy_check(self.run, restored)
                 if halt:
                     return self.halt(halt)
