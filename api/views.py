@@ -18,14 +18,10 @@ from api.pagination import OldestFirst, Pagination
 from api.parsers import read_limited
 from cairn.errors import InvalidRequest
 from checkpoints.models import Checkpoint, RunStatus
-from checkpoints.selectors import runs_for_tenant
+from checkpoints.selectors import checkpoint_read, runs_for_tenant
 from checkpoints.services.artifacts import artifact_get, artifact_read, artifact_store
-from checkpoints.services.checkpoints import (
-    checkpoint_commit_by_runner,
-    checkpoint_read,
-    run_verify,
-)
-from checkpoints.services.integrity import checkpoints_columns_verify
+from checkpoints.services.checkpoints import checkpoint_commit_by_runner
+from checkpoints.services.integrity import checkpoints_columns_verify, run_verify
 from checkpoints.services.reads import run_get
 from checkpoints.services.workflows import workflow_register, workflows_visible
 from runtime.services.leases import lease_acquire, lease_release

@@ -251,7 +251,8 @@ def contention_case(tenant, seconds: float = 5.0) -> list[Measurement]:  # noqa:
 
     from cairn.errors import ConcurrentCheckpointWrite
     from checkpoints.models import Checkpoint, Run
-    from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit, run_verify
+    from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
+    from checkpoints.services.integrity import run_verify
     from tenants.services import Actor
 
     run = cairn_side.new_run(tenant)

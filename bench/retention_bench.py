@@ -227,7 +227,7 @@ def main() -> None:
     from django.contrib.auth import get_user_model
 
     from checkpoints.models import Checkpoint
-    from checkpoints.services.checkpoints import run_verify
+    from checkpoints.services.integrity import run_verify
     from checkpoints.services.workflows import workflow_register
     from retention.policies import PolicyInput, retention_policy_save
     from tenants.services import Actor, tenant_create

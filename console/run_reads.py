@@ -21,8 +21,8 @@ from checkpoints.models import (
     OperationStatus,
     Run,
 )
+from checkpoints.selectors import checkpoint_read
 from checkpoints.services.budgets import budget_remaining
-from checkpoints.services.checkpoints import checkpoint_read
 from console.selectors import stalled_before
 from tenants.access import ConsoleAccess
 from tenants.models import AuditEvent, Tenant

@@ -479,7 +479,7 @@ def check(run_ids: list[str], publishing, figures: Figures) -> list[str]:  # noq
 
     from approvals.models import ApprovalRequest, ApprovalStatus
     from checkpoints.models import Run
-    from checkpoints.services.checkpoints import run_verify
+    from checkpoints.services.integrity import run_verify
 
     problems = []
     runs = list(Run.objects.filter(pk__in=run_ids).select_related("tenant"))

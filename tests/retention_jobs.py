@@ -12,7 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from checkpoints.models import TERMINAL_STATUSES, Artifact, CompactionRecord, RunStatus
-from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.integrity import run_verify
 from retention.models import PendingFileDeletion
 from retention.policies import PolicyInput, legal_hold_set, retention_policy_save
 from retention.services import DELETED, retention_apply

@@ -19,7 +19,7 @@ from cairn.errors import (
 )
 from checkpoints.models import Checkpoint, Run, RunStatus
 from checkpoints.services.artifacts import artifact_store
-from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.integrity import run_verify
 from checkpoints.services.reads import checkpoint_envelope
 from runtime.services.cancel import run_cancel
 from runtime.services.forks import merge_patch, run_fork, run_fork_preview

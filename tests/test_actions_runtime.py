@@ -10,7 +10,7 @@ import pytest
 
 from cairn.errors import CairnError
 from checkpoints.models import Checkpoint, OutboxMessage, Run, RunStatus
-from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.integrity import run_verify
 from runtime import Workflow
 from runtime.executor import run_advance
 from runtime.registry import workflow_ensure_registered

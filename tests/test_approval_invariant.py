@@ -14,7 +14,8 @@ import pytest
 
 from approvals.models import ApprovalRequest, ApprovalStatus
 from checkpoints.models import Checkpoint, ExternalOperation, Run, RunStatus
-from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit, run_verify
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
+from checkpoints.services.integrity import run_verify
 from checkpoints.services.reads import checkpoint_envelope
 from runtime.executor import run_advance
 from runtime.registry import workflows_sync

@@ -40,7 +40,7 @@ from approvals.models import LIVE_STATUSES, ApprovalDecision, ApprovalRequest, A
 from approvals.services.expiry import approval_expire_due
 from checkpoints.models import Checkpoint, OutboxMessage, Run, RunStatus
 from checkpoints.services.artifacts import artifact_store
-from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.integrity import run_verify
 from checkpoints.services.reads import checkpoint_envelope
 from runtime.executor import run_advance
 from runtime.registry import workflows_sync

@@ -25,7 +25,8 @@ from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.services.expiry import approval_expire_due
 from cairn.errors import ApprovalRequired, CairnError
 from checkpoints.models import Checkpoint, ExternalOperation, OutboxMessage, Run, RunStatus
-from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit, run_verify
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
+from checkpoints.services.integrity import run_verify
 from checkpoints.services.reads import checkpoint_envelope
 from runtime.executor import run_advance
 from runtime.registry import workflows_sync

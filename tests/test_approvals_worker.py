@@ -12,8 +12,7 @@ from django.test import Client
 
 from approvals.models import ApprovalRequest, ApprovalStatus
 from checkpoints.models import Checkpoint, ExternalOperation, Run, RunStatus
-from checkpoints.services.checkpoints import latest_envelope
-from checkpoints.services.reads import checkpoint_envelope
+from checkpoints.services.reads import checkpoint_envelope, latest_envelope
 from runtime.executor import run_advance
 from runtime.services.retry import run_retry
 from tenants.services import Actor

@@ -96,7 +96,7 @@ def statuses(url: str) -> dict[str, str]:
 VERIFY = """
 import json
 from checkpoints.models import Run
-from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.integrity import run_verify
 print(json.dumps({str(r.pk): run_verify(tenant=r.tenant, run_id=r.pk)["problems"]
                   for r in Run.objects.select_related("tenant")}))
 """

@@ -16,7 +16,8 @@ from django.db import connection
 
 from cairn.errors import ConcurrentCheckpointWrite
 from checkpoints.models import Checkpoint, OutboxMessage, Run
-from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit, run_verify
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
+from checkpoints.services.integrity import run_verify
 from tenants.services import Actor, token_issue
 
 pytestmark = pytest.mark.django_db(transaction=True)

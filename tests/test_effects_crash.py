@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from checkpoints.models import Checkpoint, ExternalOperation, Run, RunStatus
-from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.integrity import run_verify
 from runtime.effects import BOUNDARIES
 from tests.effects_workflows import runs_of, target_of
 from tests.publishing import rescue_with_a_new_worker, run_killed_at

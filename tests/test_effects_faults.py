@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from checkpoints.models import Checkpoint, ExternalOperation, Run, RunStatus
-from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.integrity import run_verify
 from checkpoints.services.reads import checkpoint_envelope
 from runtime import Workflow
 from runtime.effects import effect_perform

@@ -22,13 +22,9 @@ from checkpoints import crypto
 from checkpoints import envelope as env
 from checkpoints.models import Checkpoint, OutboxMessage, Run, RunStatus
 from checkpoints.services import outbox
-from checkpoints.services.checkpoints import (
-    CommitRequest,
-    WorkerLoop,
-    checkpoint_commit,
-    run_verify,
-)
+from checkpoints.services.checkpoints import CommitRequest, WorkerLoop, checkpoint_commit
 from checkpoints.services.commit_sql import RunHead
+from checkpoints.services.integrity import run_verify
 from checkpoints.services.reads import checkpoint_envelope, run_get
 from runtime.lease import LeaseKeeper
 from runtime.registry import workflows_sync

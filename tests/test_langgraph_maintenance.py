@@ -20,7 +20,7 @@ from langgraph.graph import END, START, StateGraph
 from cairn.errors import IntegrityFailure, InvalidRequest, LegalHoldActive
 from checkpoints.crypto import new_key_spec
 from checkpoints.models import Checkpoint, Run
-from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.integrity import run_verify
 from langgraph_store import payloads, services
 from langgraph_store.keys import langgraph_keys_rotate
 from langgraph_store.models import (

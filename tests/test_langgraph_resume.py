@@ -15,7 +15,7 @@ import pytest
 from django.db import connection
 
 from approvals.models import ApprovalRequest
-from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.integrity import run_verify
 from langgraph_store.models import LangGraphCheckpoint
 from langgraph_store.selectors import thread_head_run, thread_runs
 from tests.approvals_support import decide

@@ -16,7 +16,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
 from checkpoints.models import Checkpoint, Run
-from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.integrity import run_verify
 from checkpoints.services.reads import checkpoint_envelope
 from langgraph_store import threads
 from langgraph_store.models import LangGraphCheckpoint

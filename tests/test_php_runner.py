@@ -19,7 +19,7 @@ import pytest
 from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.services import approval_decide
 from checkpoints.models import Checkpoint, ExternalOperation, Run, RunStatus
-from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.integrity import run_verify
 from checkpoints.services.reads import checkpoint_envelope
 from tenants.services import Actor, token_issue
 from tests.web_server import web_server  # noqa: F401

@@ -22,7 +22,8 @@ from checkpoints.models import (
     Run,
     RunStatus,
 )
-from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit, run_verify
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
+from checkpoints.services.integrity import run_verify
 from retention.models import RetentionPolicy
 from retention.policies import (
     PolicyInput,

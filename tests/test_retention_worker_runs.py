@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from checkpoints.models import Checkpoint, Run, RunStatus
-from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.integrity import run_verify
 from retention.policies import PolicyInput, retention_policy_save
 from retention.services import retention_apply
 from runtime.executor import run_advance

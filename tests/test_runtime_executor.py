@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from checkpoints.models import Checkpoint, OutboxMessage, Run, RunStatus
-from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.integrity import run_verify
 from runtime import Next, PermanentStepError, RetryableStepError, Workflow
 from runtime.services.leases import lease_acquire
 from tests.runtime_support import advance, envelope_at, start

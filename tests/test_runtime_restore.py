@@ -10,7 +10,7 @@ import pytest
 from django.core.files.storage import default_storage
 
 from checkpoints.models import Artifact, Checkpoint, Run, RunStatus
-from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.integrity import run_verify
 from runtime import Workflow
 from runtime.definition import registry_add
 from runtime.registry import workflow_code

@@ -10,12 +10,8 @@ from django.db import connection, transaction
 from checkpoints import crypto
 from checkpoints.models import Checkpoint
 from checkpoints.services.artifacts import artifact_store
-from checkpoints.services.checkpoints import (
-    CommitRequest,
-    checkpoint_commit,
-    envelope_seal,
-    run_verify,
-)
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit, envelope_seal
+from checkpoints.services.integrity import run_verify
 from checkpoints.services.reads import checkpoint_envelope
 from tenants.services import Actor
 

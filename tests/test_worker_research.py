@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from checkpoints.models import Checkpoint, OutboxMessage, Run, RunStatus
-from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.integrity import run_verify
 from checkpoints.services.outbox import outbox_enqueue
 from runtime.rescue import runs_rescue
 from runtime.services.runs import run_create

@@ -36,7 +36,7 @@ from cairn.errors import IntegrityFailure
 from checkpoints.models import Artifact, Checkpoint, CompactionRecord, ExternalOperation
 from checkpoints.services.approval_chain import artifact_names
 from checkpoints.services.artifacts import artifact_content
-from checkpoints.services.checkpoints import run_verify
+from checkpoints.services.integrity import run_verify
 from checkpoints.services.reads import checkpoint_envelope, run_get
 from checkpoints.services.workflows import approval_action, states_behind
 from tenants.models import Tenant

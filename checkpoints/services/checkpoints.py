@@ -38,7 +38,7 @@ from cairn.errors import (
 )
 from checkpoints import crypto
 from checkpoints import envelope as env
-from checkpoints.approvals_port import ApprovalUse, approvals_port
+from checkpoints.approvals_port import ApprovalUse
 from checkpoints.models import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -53,13 +53,13 @@ from checkpoints.models import (
 from checkpoints.services import changes, commit_sql, outbox
 from checkpoints.services.commit_rules import commit_approval_consume, commit_rules_check
 from checkpoints.services.commit_sql import RunHead
-from checkpoints.services.reads import FIELD, TABLE, checkpoint_envelope, run_get
+from checkpoints.services.reads import FIELD, TABLE, latest_envelope
 from checkpoints.services.references import artifact_ids_of, references_record
 from checkpoints.services.workflows import transition_allowed
 from telemetry.latency import commit_latency_record
 from telemetry.tracing import commit_traced
 from tenants.models import Tenant
-from tenants.services import Actor, audit_record
+from tenants.services import Actor
 
 log = logging.getLogger("cairn.checkpoints")
 
@@ -781,155 +781,3 @@ def _check_budget_monotonic(run: Run, budgets: dict[str, Any]) -> None:
             "Budget usage can only grow; only an operator grant adds budget.",
             fields={f"budgets.{k}": v for k, v in lowered.items()},
         )
-
-
-def latest_envelope(run: Run | RunHead) -> dict[str, Any]:
-    checkpoint = Checkpoint.objects.filter(run_id=run.id, sequence=run.checkpoint_sequence).first()
-    if checkpoint is None:
-        return {}
-    return checkpoint_envelope(checkpoint)
-
-
-def checkpoint_get(*, tenant: Tenant, run_id: UUID | str, sequence: int) -> Checkpoint:
-    run = run_get(tenant=tenant, run_id=run_id)
-    checkpoint = Checkpoint.objects.filter(run=run, sequence=sequence).first()
-    if checkpoint is None:
-        raise NotFound(f"The run has no checkpoint {sequence}.")
-    return checkpoint
-
-
-def checkpoint_read(
-    *, tenant: Tenant, run_id: UUID | str, sequence: int, actor: Actor
-) -> tuple[Checkpoint, dict[str, Any]]:
-    """The decrypted envelope of one checkpoint; the read is audited. Raises NotFound, or
-    IntegrityFailure when it cannot be decrypted or its row's position is not its own."""
-    from checkpoints.services.integrity import checkpoint_columns_verify
-
-    checkpoint = checkpoint_get(tenant=tenant, run_id=run_id, sequence=sequence)
-    envelope = checkpoint_envelope(checkpoint)
-    checkpoint_columns_verify(checkpoint, envelope)
-    audit_record(
-        tenant=tenant,
-        actor=actor,
-        action="checkpoint.read",
-        run_id=checkpoint.run_id,
-        target=f"checkpoint {sequence}",
-    )
-    return checkpoint, envelope
-
-
-def run_verify(*, tenant: Tenant, run_id: UUID | str) -> dict[str, Any]:
-    """Re-check the hash chain, every referenced artifact and the approval invariant (each
-    checkpoint that enters the stretch past an approval state consumed an approval of its
-    declared action, bound to the checkpoint it left, for an artifact it names:
-    ``approval_chain``). Reads only; never raises on damage: each problem is reported as a
-    sentence naming the checkpoint. A gap that retention's compaction records explain, with
-    hashes that link, is reported under ``compacted``, not a problem."""
-    from checkpoints.services.approval_chain import ChainLink, approval_passage, artifact_names
-    from checkpoints.services.artifacts import artifact_content
-    from checkpoints.services.compaction import compaction_index
-    from checkpoints.services.integrity import checkpoint_columns_problem, run_head_problem
-
-    run = run_get(tenant=tenant, run_id=run_id)
-    compactions = compaction_index(run)
-    compacted: list[dict[str, Any]] = []
-    problems: list[str] = []
-    previous: Checkpoint | None = None
-    checked_artifacts: set[str] = set()
-    last_envelope: dict[str, Any] | None = None
-    links: list[ChainLink] = []
-    checkpoints = Checkpoint.objects.filter(run=run).order_by("sequence").iterator(chunk_size=500)
-    count = 0
-    for checkpoint in checkpoints:
-        count += 1
-        where = f"checkpoint {checkpoint.sequence}"
-        after = (previous.sequence, previous.sha256) if previous is not None else (0, None)
-        if checkpoint.sequence != after[0] + 1:
-            gap_problems, ranges = compactions.bridge(
-                after=after,
-                sequence=checkpoint.sequence,
-                parent_sha256=checkpoint.parent_sha256,
-                where=where,
-            )
-            problems.extend(gap_problems)
-            compacted.extend(ranges)
-        elif previous is not None and checkpoint.parent_sha256 != previous.sha256:
-            problems.append(
-                f"{where} names parent hash {checkpoint.parent_sha256[:12]}, "
-                f"but checkpoint {previous.sequence} hashes to {previous.sha256[:12]}"
-            )
-        link = ChainLink(
-            checkpoint.sequence, checkpoint.state, checkpoint.sha256, checkpoint.parent_sha256
-        )
-        try:
-            envelope = checkpoint_envelope(checkpoint)
-        except IntegrityFailure as exc:
-            problems.append(f"{where}: {exc.detail}")
-            previous, last_envelope = checkpoint, None
-            links.append(link)
-            continue
-        links.append(replace(link, artifacts=artifact_names(envelope)))
-        try:
-            digest = env.sha256_of(envelope)
-        except InvalidEnvelope:
-            # Written before such values were refused (a whole float past 2^53 stored as an
-            # integer): it cannot be hashed again, so it is reported, never raised.
-            unhashable = env.json_problem(envelope, where="its envelope")
-            problems.append(f"{where}: {unhashable}, so it cannot be checked against its hash")
-            digest = checkpoint.sha256
-        if digest != checkpoint.sha256:
-            problems.append(f"{where}: the stored envelope does not match its sha256 (tampered)")
-        identity = envelope.get("identity", {})
-        if identity.get("run_id") != str(run.id) or identity.get("sequence") != checkpoint.sequence:
-            problems.append(f"{where}: the envelope's identity names another run or sequence")
-        if identity.get("parent_sha256", "") != checkpoint.parent_sha256:
-            problems.append(f"{where}: the envelope's parent hash differs from the stored one")
-        # The row's clear position (what lists show, what commits start from) is the sealed one.
-        columns = checkpoint_columns_problem(checkpoint, envelope)
-        if columns:
-            problems.append(columns)
-        last_envelope = envelope
-        for ref in (envelope.get("evidence") or {}).get("artifacts", []):
-            key = f"{ref.get('id')}:{ref.get('sha256')}"
-            if key in checked_artifacts:
-                continue
-            checked_artifacts.add(key)
-            artifact = Artifact.objects.filter(tenant=tenant, pk=ref.get("id")).first()
-            if artifact is None:
-                problems.append(f"{where}: artifact {ref.get('id')} is missing")
-            elif artifact.sha256 != ref.get("sha256"):
-                problems.append(f"{where}: artifact {artifact.id} is stored with another sha256")
-            else:
-                try:
-                    artifact_content(artifact)
-                except IntegrityFailure as exc:
-                    problems.append(f"{where}: {exc.detail}")
-        previous = checkpoint
-    last = (previous.sequence, previous.sha256) if previous is not None else (0, None)
-    if run.checkpoint_sequence > last[0]:
-        gap_problems, ranges = compactions.bridge(
-            after=last,
-            sequence=run.checkpoint_sequence + 1,
-            parent_sha256=run.latest_checkpoint_sha256,
-            where="the run's latest hash",
-        )
-        problems.extend(gap_problems)
-        compacted.extend(ranges)
-    elif previous is not None and previous.sha256 != run.latest_checkpoint_sha256:
-        problems.append("the run's latest hash is not the last checkpoint's hash")
-    if previous is not None and previous.sequence == run.checkpoint_sequence and last_envelope:
-        head = run_head_problem(run, last_envelope)
-        if head:
-            problems.append(head)
-    if run.workflow.definition.get("approval_states"):
-        passage = approval_passage(
-            definition=run.workflow.definition,
-            links=links,
-            consumed=approvals_port().approvals_consumed(run_id=run.pk),
-            ended_well=run.status == RunStatus.SUCCEEDED,
-        )
-        problems.extend(passage.problems)
-    result = {"ok": not problems, "checkpoints": count, "problems": problems}
-    if compacted:
-        result["compacted"] = compacted
-    return result

@@ -12,15 +12,22 @@ own statement when the run's row and its head checkpoint's row disagree
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
+from uuid import UUID
 
 from django.db.models import Exists, OuterRef, Q
 
 from cairn.errors import IntegrityFailure, InvalidEnvelope
 from checkpoints import envelope as env
-from checkpoints.models import Checkpoint, Run
+from checkpoints.approvals_port import approvals_port
+from checkpoints.models import Artifact, Checkpoint, Run, RunStatus
 from checkpoints.services import commit_sql
-from checkpoints.services.reads import checkpoint_envelope
+from checkpoints.services.approval_chain import ChainLink, approval_passage, artifact_names
+from checkpoints.services.artifacts import artifact_content
+from checkpoints.services.compaction import compaction_index
+from checkpoints.services.reads import checkpoint_envelope, run_get
+from tenants.models import Tenant
 
 
 def sealed_position(envelope: dict[str, Any]) -> tuple[Any, Any]:
@@ -148,3 +155,115 @@ def run_head_refusal(run: Run) -> IntegrityFailure | None:
         f"Integrity failure: {head.integrity_problem}; the run cannot continue from it. "
         "Nothing was done; cancel the run, or fork it from a checkpoint that verifies."
     )
+
+
+def run_verify(*, tenant: Tenant, run_id: UUID | str) -> dict[str, Any]:
+    """Re-check the hash chain, every referenced artifact and the approval invariant (each
+    checkpoint that enters the stretch past an approval state consumed an approval of its
+    declared action, bound to the checkpoint it left, for an artifact it names:
+    ``approval_chain``). Reads only; never raises on damage: each problem is reported as a
+    sentence naming the checkpoint. A gap that retention's compaction records explain, with
+    hashes that link, is reported under ``compacted``, not a problem."""
+    run = run_get(tenant=tenant, run_id=run_id)
+    compactions = compaction_index(run)
+    compacted: list[dict[str, Any]] = []
+    problems: list[str] = []
+    previous: Checkpoint | None = None
+    checked_artifacts: set[str] = set()
+    last_envelope: dict[str, Any] | None = None
+    links: list[ChainLink] = []
+    checkpoints = Checkpoint.objects.filter(run=run).order_by("sequence").iterator(chunk_size=500)
+    count = 0
+    for checkpoint in checkpoints:
+        count += 1
+        where = f"checkpoint {checkpoint.sequence}"
+        after = (previous.sequence, previous.sha256) if previous is not None else (0, None)
+        if checkpoint.sequence != after[0] + 1:
+            gap_problems, ranges = compactions.bridge(
+                after=after,
+                sequence=checkpoint.sequence,
+                parent_sha256=checkpoint.parent_sha256,
+                where=where,
+            )
+            problems.extend(gap_problems)
+            compacted.extend(ranges)
+        elif previous is not None and checkpoint.parent_sha256 != previous.sha256:
+            problems.append(
+                f"{where} names parent hash {checkpoint.parent_sha256[:12]}, "
+                f"but checkpoint {previous.sequence} hashes to {previous.sha256[:12]}"
+            )
+        link = ChainLink(
+            checkpoint.sequence, checkpoint.state, checkpoint.sha256, checkpoint.parent_sha256
+        )
+        try:
+            envelope = checkpoint_envelope(checkpoint)
+        except IntegrityFailure as exc:
+            problems.append(f"{where}: {exc.detail}")
+            previous, last_envelope = checkpoint, None
+            links.append(link)
+            continue
+        links.append(replace(link, artifacts=artifact_names(envelope)))
+        try:
+            digest = env.sha256_of(envelope)
+        except InvalidEnvelope:
+            # Written before such values were refused (a whole float past 2^53 stored as an
+            # integer): it cannot be hashed again, so it is reported, never raised.
+            unhashable = env.json_problem(envelope, where="its envelope")
+            problems.append(f"{where}: {unhashable}, so it cannot be checked against its hash")
+            digest = checkpoint.sha256
+        if digest != checkpoint.sha256:
+            problems.append(f"{where}: the stored envelope does not match its sha256 (tampered)")
+        identity = envelope.get("identity", {})
+        if identity.get("run_id") != str(run.id) or identity.get("sequence") != checkpoint.sequence:
+            problems.append(f"{where}: the envelope's identity names another run or sequence")
+        if identity.get("parent_sha256", "") != checkpoint.parent_sha256:
+            problems.append(f"{where}: the envelope's parent hash differs from the stored one")
+        # The row's clear position (what lists show, what commits start from) is the sealed one.
+        columns = checkpoint_columns_problem(checkpoint, envelope)
+        if columns:
+            problems.append(columns)
+        last_envelope = envelope
+        for ref in (envelope.get("evidence") or {}).get("artifacts", []):
+            key = f"{ref.get('id')}:{ref.get('sha256')}"
+            if key in checked_artifacts:
+                continue
+            checked_artifacts.add(key)
+            artifact = Artifact.objects.filter(tenant=tenant, pk=ref.get("id")).first()
+            if artifact is None:
+                problems.append(f"{where}: artifact {ref.get('id')} is missing")
+            elif artifact.sha256 != ref.get("sha256"):
+                problems.append(f"{where}: artifact {artifact.id} is stored with another sha256")
+            else:
+                try:
+                    artifact_content(artifact)
+                except IntegrityFailure as exc:
+                    problems.append(f"{where}: {exc.detail}")
+        previous = checkpoint
+    last = (previous.sequence, previous.sha256) if previous is not None else (0, None)
+    if run.checkpoint_sequence > last[0]:
+        gap_problems, ranges = compactions.bridge(
+            after=last,
+            sequence=run.checkpoint_sequence + 1,
+            parent_sha256=run.latest_checkpoint_sha256,
+            where="the run's latest hash",
+        )
+        problems.extend(gap_problems)
+        compacted.extend(ranges)
+    elif previous is not None and previous.sha256 != run.latest_checkpoint_sha256:
+        problems.append("the run's latest hash is not the last checkpoint's hash")
+    if previous is not None and previous.sequence == run.checkpoint_sequence and last_envelope:
+        head = run_head_problem(run, last_envelope)
+        if head:
+            problems.append(head)
+    if run.workflow.definition.get("approval_states"):
+        passage = approval_passage(
+            definition=run.workflow.definition,
+            links=links,
+            consumed=approvals_port().approvals_consumed(run_id=run.pk),
+            ended_well=run.status == RunStatus.SUCCEEDED,
+        )
+        problems.extend(passage.problems)
+    result = {"ok": not problems, "checkpoints": count, "problems": problems}
+    if compacted:
+        result["compacted"] = compacted
+    return result

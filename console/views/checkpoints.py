@@ -9,7 +9,8 @@ from django.shortcuts import render
 
 from cairn.errors import CairnError
 from checkpoints.models import Checkpoint
-from checkpoints.services.checkpoints import checkpoint_read, run_verify
+from checkpoints.selectors import checkpoint_read
+from checkpoints.services.integrity import run_verify
 from console import run_reads
 from console.envelope_diff import envelope_groups
 from tenants import roles

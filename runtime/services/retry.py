@@ -18,7 +18,8 @@ from cairn.errors import ActionNotAllowed, CairnError, RunNotActive, UnknownStep
 from checkpoints.approvals_port import approvals_port
 from checkpoints.models import Checkpoint, Run, RunStatus
 from checkpoints.services.approval_chain import Passage, gate_not_passed, run_approval_passage
-from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit, latest_envelope
+from checkpoints.services.checkpoints import CommitRequest, checkpoint_commit
+from checkpoints.services.reads import latest_envelope
 from checkpoints.services.workflows import gated_states
 from runtime.services.actions import (
     exhausted_refusal,
