@@ -24,6 +24,7 @@ from approvals.models import (
 )
 from approvals.notify import notification_deliver, notifications_plan, notifications_remind_due
 from approvals.services.preferences import (
+    UNREADABLE,
     chat_url_of,
     notification_preferences_get,
     notification_preferences_set,
@@ -190,7 +191,25 @@ def test_a_chat_url_is_stored_sealed_and_still_delivers(smtp, acme, rita, pendin
     tom = _member("tom", acme, "reviewer")
     NotificationPreference.objects.create(tenant=acme, user=tom, chat_url_sealed=stored)
     with pytest.raises(crypto.DecryptionError):
-        notification_preferences_get(tenant=acme, user=tom)
+        chat_url_of(NotificationPreference.objects.get(tenant=acme, user=tom))
+    assert notification_preferences_get(tenant=acme, user=tom).chat_url_shown == UNREADABLE
+
+
+def test_a_chat_url_under_a_key_no_longer_configured_is_shown_unreadable_not_a_500(
+    settings, acme, rita, receivers
+):  # noqa: ANN001
+    url = f"http://127.0.0.1:{receivers().port}{HOOK_PATH}"
+    notification_preferences_set(
+        tenant=acme, user=rita, chat=True, chat_url=url, actor=Actor(user=rita)
+    )
+    settings.CAIRN_ENCRYPTION_KEYS = crypto.new_key_spec("k-other")  # the old key is gone
+    client = Client()
+    client.force_login(rita)
+    page = client.get("/approvals/notifications/")
+    assert page.status_code == 200 and UNREADABLE in page.content.decode()
+    # Setting it again replaces it under the key now configured.
+    notification_preferences_set(tenant=acme, user=rita, chat_url=url, actor=Actor(user=rita))
+    assert notification_preferences_get(tenant=acme, user=rita).chat_url_shown.startswith("http")
 
 
 def test_rotate_keys_re_seals_chat_urls(settings, capsys, acme, rita, receivers):  # noqa: ANN001

@@ -31,6 +31,8 @@ class Preferences:
 
 # What a sealed chat URL is bound to (checkpoints.crypto): the tenant, this table, the row.
 CHAT_URL_TABLE, CHAT_URL_FIELD = "notification_preference", "chat_url"
+# Shown for a stored URL that cannot be unsealed here.
+UNREADABLE = "(set, but it cannot be read: set it again)"
 
 
 def _chat_url_scope(row: NotificationPreference) -> dict[str, object]:
@@ -65,7 +67,12 @@ def notification_preferences_get(*, tenant: Tenant, user: AbstractBaseUser) -> P
     row = NotificationPreference.objects.filter(tenant=tenant, user=user).first()
     if row is None:
         return Preferences(True, False, False, "", user.email or "")
-    url = chat_url_of(row)
+    try:
+        url = chat_url_of(row)
+    except (crypto.DecryptionError, crypto.MissingKeyError):
+        # Under a key no longer configured, or not sealed for this row: the page still
+        # opens and says so, and setting the URL again replaces it.
+        return Preferences(row.email, row.chat, True, UNREADABLE, user.email or "")
     return Preferences(row.email, row.chat, bool(url), _shown(url), user.email or "")
 
 
