@@ -123,9 +123,15 @@ def _get(path: str, token: str | None = None, timeout: float = 60) -> int:
 
 
 def _one_and_eight(
-    what: str, client_of: Callable[[], Callable[[int], None]], rounds: int, warmup: int, note: str
+    what: str,
+    client_of: Callable[[], Callable[[int], None]],
+    rounds: int,
+    warmup: int,
+    note: str,
+    label: str = "",
 ) -> list[Measurement]:
-    """``what`` from one keep-alive client (latency), then from CLIENTS at once (rate)."""
+    """``what`` from one keep-alive client (latency), then from CLIENTS at once (rate);
+    ``label`` ends each row's variant (the server, where it is not the deployed one)."""
     from django.db import connection
 
     from bench.common import time_each
@@ -135,7 +141,7 @@ def _one_and_eight(
         Measurement(
             "http",
             "cairn-http",
-            f"{what} one client",
+            f"{what} one client{label}",
             samples=samples,
             throughput=1000 / (sum(samples) / len(samples)),
         )
@@ -156,7 +162,7 @@ def _one_and_eight(
         Measurement(
             "http",
             "cairn-http",
-            f"{what} {CLIENTS} keep-alive clients",
+            f"{what} {CLIENTS} keep-alive clients{label}",
             samples=flat,
             throughput=len(flat) / elapsed,
             note=note,
@@ -170,12 +176,9 @@ def _commits(kind: str, tenant, token: str, rounds: int, warmup: int) -> list[Me
     note = f"{kind}: gunicorn, {PROCESSES} processes x {THREADS} threads" + (
         " (cairn/gunicorn.py: uvicorn's worker, cairn.asgi)" if kind == "asgi" else ""
     )
-    results = _one_and_eight(
-        "2KB", lambda: HttpCommitter(tenant, token, 2048), rounds, warmup, note
+    return _one_and_eight(
+        "2KB", lambda: HttpCommitter(tenant, token, 2048), rounds, warmup, note, label
     )
-    for row in results:
-        row.variant += label
-    return results
 
 
 def _floors(kind: str, rounds: int, warmup: int) -> list[Measurement]:
