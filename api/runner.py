@@ -26,6 +26,7 @@ from runtime.services.webhooks import (
     webhook_remove,
     webhook_secret_rotate,
     webhook_set,
+    webhook_url_shown,
 )
 from tenants import roles
 
@@ -116,7 +117,7 @@ def _webhook_data(change: WebhookChange | None) -> dict:
     overlap = webhook.previous_secret_expires_at
     return WebhookSerializer(
         {
-            "url": webhook.url,
+            "url": webhook_url_shown(webhook),
             "signing": "reference" if webhook.secret_ref else "generated",
             "secret_ref": webhook.secret_ref or None,
             "secret": change.secret,

@@ -50,6 +50,13 @@ _METADATA = ipaddress.ip_network("169.254.0.0/16")
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
+def url_origin(url: str) -> str:
+    """What may be shown or recorded of a URL someone else chose: its scheme and host only
+    (a chat or webhook URL may carry a token in its path or query)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}/…" if url else ""
+
+
 class NotSent(Exception):
     """Nothing reached the destination (refused, unresolvable, the connection refused)."""
 

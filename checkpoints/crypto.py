@@ -29,6 +29,9 @@ from django.conf import settings
 FORMAT = "v1"
 COMPRESSED_FORMAT = "z1"  # zlib (level 1), then AES-GCM
 NONCE_BYTES = 12
+# What a page shows for a stored value that is set but cannot be unsealed here (its key is
+# no longer configured, or the seal is damaged or was not written for this row).
+UNREADABLE = "(set, but it cannot be read: set it again)"
 ZLIB_LEVEL = 1  # 51.9 KB of agent state → 4.2 KB in well under a millisecond
 
 

@@ -466,10 +466,11 @@ class RunnerWebhook(models.Model):
     id turned into a delivery) and signed the Standard Webhooks way under a secret Cairn
     generated for the tenant (``secret_sealed``, encrypted; during a rotation's overlap the
     previous one signs too, until ``previous_secret_expires_at``), or under a secret
-    reference a deployment admin registered for the tenant (``secret_ref``)."""
+    reference a deployment admin registered for the tenant (``secret_ref``). The URL is
+    sealed too (``url_sealed``): some receivers put a token in it, so it is a credential."""
 
     tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, primary_key=True)
-    url = models.URLField(max_length=500)
+    url_sealed = models.TextField()
     secret_ref = models.CharField(max_length=200, blank=True)
     secret_sealed = models.TextField(blank=True)
     secret_created_at = models.DateTimeField(null=True, blank=True)
@@ -479,7 +480,7 @@ class RunnerWebhook(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
-        return f"webhook of {self.tenant_id} → {self.url}"
+        return f"webhook of {self.tenant_id}"
 
 
 class WebhookDelivery(models.Model):

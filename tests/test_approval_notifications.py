@@ -24,7 +24,6 @@ from approvals.models import (
 )
 from approvals.notify import notification_deliver, notifications_plan, notifications_remind_due
 from approvals.services.preferences import (
-    UNREADABLE,
     chat_url_of,
     notification_preferences_get,
     notification_preferences_set,
@@ -192,7 +191,7 @@ def test_a_chat_url_is_stored_sealed_and_still_delivers(smtp, acme, rita, pendin
     NotificationPreference.objects.create(tenant=acme, user=tom, chat_url_sealed=stored)
     with pytest.raises(crypto.DecryptionError):
         chat_url_of(NotificationPreference.objects.get(tenant=acme, user=tom))
-    assert notification_preferences_get(tenant=acme, user=tom).chat_url_shown == UNREADABLE
+    assert notification_preferences_get(tenant=acme, user=tom).chat_url_shown == crypto.UNREADABLE
 
 
 def test_a_chat_url_under_a_key_no_longer_configured_is_shown_unreadable_not_a_500(
@@ -206,7 +205,7 @@ def test_a_chat_url_under_a_key_no_longer_configured_is_shown_unreadable_not_a_5
     client = Client()
     client.force_login(rita)
     page = client.get("/approvals/notifications/")
-    assert page.status_code == 200 and UNREADABLE in page.content.decode()
+    assert page.status_code == 200 and crypto.UNREADABLE in page.content.decode()
     # Setting it again replaces it under the key now configured.
     notification_preferences_set(tenant=acme, user=rita, chat_url=url, actor=Actor(user=rita))
     assert notification_preferences_get(tenant=acme, user=rita).chat_url_shown.startswith("http")

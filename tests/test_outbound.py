@@ -13,7 +13,7 @@ import pytest
 from cairn import outbound
 from checkpoints.models import RunnerWebhook, WebhookDelivery
 from runtime.providers.http import HttpProvider
-from runtime.services.webhooks import webhooks_deliver
+from runtime.services.webhooks import webhook_url_seal, webhooks_deliver
 from tenants.models import AuditEvent
 from tests.approvals_support import move
 
@@ -89,6 +89,10 @@ def test_setting_a_webhook_to_an_internal_address_is_a_400_with_a_sentence(
     assert not AuditEvent.objects.filter(action="webhook.set").exists()
 
 
+def _sealed(tenant, url: str) -> str:  # noqa: ANN001
+    return webhook_url_seal(tenant_id=tenant.pk, url=url)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_delivery_to_an_internal_address_is_refused_again_without_connecting(
     api_as, alice, acme, run, receivers, settings, connections
@@ -100,14 +104,14 @@ def test_a_delivery_to_an_internal_address_is_refused_again_without_connecting(
     move(run, "draft_answer")
     for url in INTERNAL:
         # Set before this check existed, or allowed by a setting that changed since.
-        RunnerWebhook.objects.filter(tenant=acme).update(url=url)
+        RunnerWebhook.objects.filter(tenant=acme).update(url_sealed=_sealed(acme, url))
         WebhookDelivery.objects.update(next_attempt_at="2000-01-01T00:00:00Z")
         assert webhooks_deliver() == 0, url
         delivery = WebhookDelivery.objects.get()
         assert delivery.last_error.startswith("not sent:"), (url, delivery.last_error)
         assert "s3cr3tpw" not in delivery.last_error
     assert connections == [] and receiver.seen == []
-    RunnerWebhook.objects.filter(tenant=acme).update(url=receiver.url)
+    RunnerWebhook.objects.filter(tenant=acme).update(url_sealed=_sealed(acme, receiver.url))
     WebhookDelivery.objects.update(next_attempt_at="2000-01-01T00:00:00Z")
     assert webhooks_deliver() == 1  # the same delivery, once the URL is an allowed one
     assert connections == [("127.0.0.1", receiver.port)]

@@ -4,14 +4,13 @@ request waits for them. Checked and audited here; the console page and the API c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from approvals.models import NotificationPreference
 from cairn.errors import InvalidRequest
-from cairn.outbound import DestinationRefused, NotSent, destination_check
+from cairn.outbound import DestinationRefused, NotSent, destination_check, url_origin
 from checkpoints import crypto
 from tenants.models import Tenant
 from tenants.services import Actor, audit_record
@@ -31,8 +30,6 @@ class Preferences:
 
 # What a sealed chat URL is bound to (checkpoints.crypto): the tenant, this table, the row.
 CHAT_URL_TABLE, CHAT_URL_FIELD = "notification_preference", "chat_url"
-# Shown for a stored URL that cannot be unsealed here.
-UNREADABLE = "(set, but it cannot be read: set it again)"
 
 
 def _chat_url_scope(row: NotificationPreference) -> dict[str, object]:
@@ -56,13 +53,6 @@ def chat_url_of(row: NotificationPreference) -> str:
     return crypto.unseal(sealed, **_chat_url_scope(row)).decode() if sealed else ""
 
 
-def _shown(url: str) -> str:
-    if not url:
-        return ""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname}/…"
-
-
 def notification_preferences_get(*, tenant: Tenant, user: AbstractBaseUser) -> Preferences:
     row = NotificationPreference.objects.filter(tenant=tenant, user=user).first()
     if row is None:
@@ -72,8 +62,8 @@ def notification_preferences_get(*, tenant: Tenant, user: AbstractBaseUser) -> P
     except (crypto.DecryptionError, crypto.MissingKeyError):
         # Under a key no longer configured, or not sealed for this row: the page still
         # opens and says so, and setting the URL again replaces it.
-        return Preferences(row.email, row.chat, True, UNREADABLE, user.email or "")
-    return Preferences(row.email, row.chat, bool(url), _shown(url), user.email or "")
+        return Preferences(row.email, row.chat, True, crypto.UNREADABLE, user.email or "")
+    return Preferences(row.email, row.chat, bool(url), url_origin(url), user.email or "")
 
 
 def notification_preferences_set(

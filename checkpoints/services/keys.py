@@ -15,9 +15,11 @@ from checkpoints.services.reads import checkpoint_envelope
 OPERATION_TABLE, OPERATION_FIELD = "external_operation", "result"
 # Sealed operation columns and the field name each is bound to (runtime.services.operations).
 OPERATION_COLUMNS = (("result_sealed", OPERATION_FIELD), ("request_sealed", "request"))
-# Webhook signing secrets (runtime.services.webhooks): one row per tenant, bound to it.
+# The runner webhook's sealed columns (runtime.services.webhooks): one row per tenant,
+# bound to it. Its signing secrets, and its URL (some receivers put a token in it).
 WEBHOOK_TABLE = "runner_webhook"
 WEBHOOK_COLUMNS = (("secret_sealed", "secret"), ("previous_secret_sealed", "previous_secret"))
+WEBHOOK_URL_COLUMN = ("url_sealed", "url")
 
 
 def _allow_rotation() -> None:
@@ -29,16 +31,16 @@ def _allow_rotation() -> None:
 def keys_rotate(
     *, batch_size: int = 500, progress: Callable[[str, int], None] | None = None
 ) -> dict[str, int]:
-    """Re-encrypt the store's checkpoints, artifacts, operation results and webhook signing
-    secrets not under the active key (``rotate_keys`` also rotates the LangGraph thread
-    store's payloads).
+    """Re-encrypt the store's checkpoints, artifacts, operation results, webhook signing
+    secrets and webhook URLs not under the active key (``rotate_keys`` also rotates the
+    LangGraph thread store's payloads and the members' chat URLs).
 
     Each batch is its own short transaction; the command is safe to stop and run again (a
     row is either under its old key or the new one, both readable while both are
     configured). Content and hashes never change. Returns counts per kind.
     """
     active = crypto.keyring().active_id
-    totals = {"checkpoints": 0, "artifacts": 0, "operations": 0, "webhook secrets": 0}
+    totals = {"checkpoints": 0, "artifacts": 0, "operations": 0}
     report = progress or (lambda kind, done: None)
 
     while True:
@@ -93,14 +95,16 @@ def keys_rotate(
                     )
             totals["operations"] += len(batch)
             report("operations", totals["operations"])
-    totals["webhook secrets"] = _webhook_secrets_rotate(sealed_prefix)
+    totals["webhook secrets"] = _webhooks_rotate(WEBHOOK_COLUMNS, sealed_prefix)
+    totals["webhook URLs"] = _webhooks_rotate((WEBHOOK_URL_COLUMN,), sealed_prefix)
     return totals
 
 
-def _webhook_secrets_rotate(sealed_prefix: str) -> int:
-    """Re-seal the webhook signing secrets not under the active key (a few rows)."""
+def _webhooks_rotate(columns: tuple[tuple[str, str], ...], sealed_prefix: str) -> int:
+    """Re-seal these runner webhook columns where not under the active key (a row per
+    tenant: one transaction per column)."""
     done = 0
-    for column, field in WEBHOOK_COLUMNS:
+    for column, field in columns:
         stale = RunnerWebhook.objects.exclude(**{column: ""}).exclude(
             **{f"{column}__startswith": sealed_prefix}
         )

@@ -20,9 +20,11 @@ so a receiver verifies with any Standard Webhooks library, refuses stale timesta
 (replays), and treats deliveries as at-least-once (the id makes a repeat recognisable).
 
 The URL goes through ``cairn.outbound`` (checked when it is set and again at each
-delivery; no redirects). The signing key is one Cairn generates for the tenant (shown
-once, stored encrypted, rotated with an overlap during which both keys sign), or a secret
-reference a deployment admin registered for the tenant (``tenants.secret_refs``).
+delivery; no redirects). It is stored sealed, as the secrets are: a receiver may put a
+token in it, and the audit trail keeps only its origin. The signing key is one Cairn
+generates for the tenant (shown once, stored encrypted, rotated with an overlap during
+which both keys sign), or a secret reference a deployment admin registered for the tenant
+(``tenants.secret_refs``).
 """
 
 from __future__ import annotations
@@ -48,11 +50,12 @@ from cairn.outbound import (
     NotSent,
     destination_check,
     outbound_send,
+    url_origin,
 )
 from cairn.secrets import SecretUnavailable, secret_resolve
 from checkpoints import crypto
 from checkpoints.models import Execution, OutboxMessage, RunnerWebhook, WebhookDelivery
-from checkpoints.services.keys import WEBHOOK_COLUMNS, WEBHOOK_TABLE
+from checkpoints.services.keys import WEBHOOK_COLUMNS, WEBHOOK_TABLE, WEBHOOK_URL_COLUMN
 from tenants.models import Tenant
 from tenants.secret_refs import tenant_secret_ref_allowed
 from tenants.services import Actor, audit_record
@@ -68,6 +71,7 @@ SECRET_PREFIX = "whsec_"
 # rotation re-seals them (checkpoints.services.keys).
 SECRET_TABLE = WEBHOOK_TABLE
 (_, SECRET_FIELD), (_, PREVIOUS_FIELD) = WEBHOOK_COLUMNS
+_, URL_FIELD = WEBHOOK_URL_COLUMN
 DEFAULT_OVERLAP_SECONDS = 24 * 3600
 MAX_OVERLAP_SECONDS = 7 * 24 * 3600
 
@@ -108,6 +112,26 @@ def _unseal(tenant_id: object, field: str, sealed: str) -> str:
     return crypto.unseal(
         sealed, tenant_id=tenant_id, table=SECRET_TABLE, row_id=tenant_id, field=field
     ).decode()
+
+
+def webhook_url_seal(*, tenant_id: object, url: str) -> str:
+    """The sealed form of a tenant's webhook URL, bound to the tenant's row."""
+    return _seal(tenant_id, URL_FIELD, url)
+
+
+def webhook_url_of(webhook: RunnerWebhook) -> str:
+    """The webhook's URL in the clear; raises DecryptionError or MissingKeyError rather than
+    return a URL not sealed for this tenant."""
+    return _unseal(webhook.tenant_id, URL_FIELD, webhook.url_sealed)
+
+
+def webhook_url_shown(webhook: RunnerWebhook) -> str:
+    """The URL for the admin's page: whole (they set it), or ``crypto.UNREADABLE`` when it
+    cannot be unsealed here; setting it again replaces it."""
+    try:
+        return webhook_url_of(webhook)
+    except (crypto.DecryptionError, crypto.MissingKeyError):
+        return crypto.UNREADABLE
 
 
 @dataclass(frozen=True)
@@ -161,7 +185,7 @@ def webhook_set(
         webhook = RunnerWebhook.objects.select_for_update().filter(tenant=tenant).first()
         if webhook is None:
             webhook = RunnerWebhook(tenant=tenant, delivered_through=latest)
-        webhook.url = url
+        webhook.url_sealed = webhook_url_seal(tenant_id=tenant.pk, url=url)
         webhook.secret_ref = secret_ref or ""
         if secret_ref is not None:
             webhook.secret_sealed = webhook.previous_secret_sealed = ""
@@ -175,18 +199,28 @@ def webhook_set(
             tenant=tenant,
             actor=actor,
             action="webhook.set",
-            target=url[:200],
+            target=url_origin(url)[:200],
             details={"secret_ref": secret_ref, "secret_generated": generated is not None},
         )
     return WebhookChange(webhook, generated)
+
+
+def _readable_secret(tenant_id: object, sealed: str) -> str:
+    """The current secret, or "" when there is none or it cannot be unsealed: a secret that
+    cannot be read signs nothing, so a rotation replaces it with no overlap."""
+    try:
+        return _unseal(tenant_id, SECRET_FIELD, sealed) if sealed else ""
+    except (crypto.DecryptionError, crypto.MissingKeyError):
+        return ""
 
 
 def webhook_secret_rotate(
     *, tenant: Tenant, actor: Actor, overlap_seconds: int = DEFAULT_OVERLAP_SECONDS
 ) -> WebhookChange:
     """A new generated signing secret (returned once); the current one keeps signing beside
-    it for ``overlap_seconds``, so receivers can switch without missing a delivery. Atomic
-    with its audit event.
+    it for ``overlap_seconds``, so receivers can switch without missing a delivery (a current
+    secret that cannot be unsealed is replaced with no overlap). Atomic with its audit
+    event.
 
     Raises NotFound (no webhook) or InvalidRequest (the webhook signs with a registered
     reference: that secret is rotated where it is kept; or an overlap out of range)."""
@@ -207,8 +241,8 @@ def webhook_secret_rotate(
                 "rotate that secret where it is kept, or set the webhook without secret_ref "
                 "to have Cairn generate one."
             )
-        if overlap_seconds and webhook.secret_sealed:
-            current = _unseal(tenant.pk, SECRET_FIELD, webhook.secret_sealed)
+        current = _readable_secret(tenant.pk, webhook.secret_sealed) if overlap_seconds else ""
+        if current:
             webhook.previous_secret_sealed = _seal(tenant.pk, PREVIOUS_FIELD, current)
             webhook.previous_secret_expires_at = now + timedelta(seconds=overlap_seconds)
         else:
@@ -220,7 +254,6 @@ def webhook_secret_rotate(
             tenant=tenant,
             actor=actor,
             action="webhook.secret_rotated",
-            target=webhook.url[:200],
             details={"overlap_seconds": overlap_seconds},
         )
     return WebhookChange(webhook, secret)
@@ -306,14 +339,19 @@ def webhook_body(message: OutboxMessage) -> bytes:
 
 
 def _send(webhook: RunnerWebhook, delivery: WebhookDelivery) -> str | None:
-    """POST one event; None when the receiver answered 2xx, else what went wrong."""
+    """POST one event; None when the receiver answered 2xx, else what went wrong. A sealed
+    column that cannot be opened fails this tenant's delivery, never the sweep."""
     now = timezone.now()
+    try:
+        url = webhook_url_of(webhook)
+    except (crypto.DecryptionError, crypto.MissingKeyError) as exc:
+        return f"the URL cannot be decrypted: {exc}; set the webhook again"[:500]
     try:
         keys = _signing_secrets(webhook, now)
     except SecretUnavailable as exc:
         return f"the signing secret is unavailable: {exc}"
-    except crypto.MissingKeyError as exc:
-        return f"the signing secret cannot be decrypted: {exc}"
+    except (crypto.DecryptionError, crypto.MissingKeyError) as exc:
+        return f"the signing secret cannot be decrypted: {exc}"[:500]
     body = delivery.body.encode() if delivery.body else webhook_body(delivery.message)
     message_id = str(delivery.message_id)
     timestamp = int(now.timestamp())
@@ -327,9 +365,7 @@ def _send(webhook: RunnerWebhook, delivery: WebhookDelivery) -> str | None:
         "X-Cairn-Event": delivery.message.kind,
     }
     try:
-        answer = outbound_send(
-            "POST", webhook.url, body=body, headers=headers, timeout=TIMEOUT_SECONDS
-        )
+        answer = outbound_send("POST", url, body=body, headers=headers, timeout=TIMEOUT_SECONDS)
     except NotSent as error:  # a refused destination too: checked again at each delivery
         return f"not sent: {error}"[:500]
     except MaybeSent as error:
