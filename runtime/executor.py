@@ -59,6 +59,7 @@ from checkpoints.services.checkpoints import (
     checkpoint_commit,
 )
 from checkpoints.services.commit_sql import RunHead, run_lease_check
+from checkpoints.services.reads import run_read
 from runtime.services.leases import Lease, lease_acquire
 from runtime.services.operations import operations_envelope_entries
 from telemetry import tracing
@@ -164,9 +165,8 @@ def _lease(
     *, run_id: UUID | str, expected_version: int, owner: str, span: Span
 ) -> tuple[Run, Lease] | str:
     """The run and this worker's lease on it, or the word for why there is nothing to do."""
-    try:
-        run = Run.objects.select_related("workflow", "tenant").get(pk=run_id)
-    except Run.DoesNotExist:
+    run = run_read(run_id=run_id)
+    if run is None:
         log.info("command for a missing run ignored", extra={"run": str(run_id)})
         return "missing"
     if run.version != expected_version:
@@ -310,7 +310,9 @@ class _Advance:
             # Read just before the lease was granted at this very version.
             run = self.run
         else:
-            run = self.run = Run.objects.select_related("workflow", "tenant").get(pk=self.run.pk)
+            run = self.run = run_read(run_id=self.run.pk)
+            if run is None:
+                raise LeaseLost("the run is gone")
         if run.version != self.keeper.version or run.status not in WORKABLE:
             raise LeaseLost("the run changed while this worker held its lease")
         if run.paused:

@@ -20,7 +20,7 @@ from checkpoints.models import Artifact, Checkpoint, Run
 from checkpoints.services.artifacts import artifact_content
 from checkpoints.services.budgets import budget_exhausted
 from checkpoints.services.integrity import checkpoint_columns_problem, run_head_problem
-from checkpoints.services.reads import checkpoint_envelope
+from checkpoints.services.reads import checkpoint_at, checkpoint_envelope
 
 from . import hooks
 from .lease import used_merge
@@ -178,9 +178,8 @@ def _check_secrets(code: Workflow) -> str | None:
 
 def _restore(run: Run, code: Workflow | None) -> Restored | Halt:
     # 2. The latest accepted checkpoint, as the run's head names it.
-    try:  # (run, sequence) is unique: get(), with no ORDER BY to build
-        checkpoint = Checkpoint.objects.get(run=run, sequence=run.checkpoint_sequence)
-    except Checkpoint.DoesNotExist:
+    checkpoint = checkpoint_at(run_id=run.pk, sequence=run.checkpoint_sequence)
+    if checkpoint is None:
         return _pause(f"the run's latest checkpoint {run.checkpoint_sequence} is missing", "load")
     if (
         str(checkpoint.pk) != str(run.latest_checkpoint_id)

@@ -16,7 +16,7 @@ prepared statement (psycopg 3), parsed once per connection.
 SQLite (in process, no round trips): the same protocol as plain statements in one
 transaction (the settings open transactions ``IMMEDIATE``); sqlite3 keeps them prepared.
 Both databases' statements come from one template (``_move`` and its siblings, spelled by a
-``_Dialect``) and take one set of named parameters (``_commit_params``).
+``Dialect`` of ``tenants.prepared``) and take one set of named parameters (``_commit_params``).
 
 The head check covers more than the version: the run's status, its budget usage and limits
 (which a lease's charge or a grant change without a new version) and the lease. So an
@@ -39,16 +39,22 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from django.db import connection, transaction
-from django.utils.dateparse import parse_datetime
 
 from checkpoints.models import Checkpoint, OutboxMessage, Run, WorkflowDefinition
 from checkpoints.services.changes import CHANNEL
-from tenants.prepared import prepared_fetchone
+from tenants.prepared import (
+    POSTGRES,
+    SQLITE,
+    Dialect,
+    aware_datetime,
+    prepared_fetchone,
+    statement_fetchone,
+)
 
 RUN = Run._meta.db_table
 CHECKPOINT = Checkpoint._meta.db_table
@@ -226,35 +232,9 @@ _HEAD_INTACT = """
 
 
 # --- the commit's SQL: one template, each database's dialect -----------------------------
-@dataclass(frozen=True)
-class _Dialect:
-    """How one database spells the commit's parameters and its clock. PostgreSQL casts each
-    parameter (the statement is prepared once, server-side, so its types are fixed);
-    SQLite's ``'now'`` is this machine's clock, which is its database's: it is embedded."""
-
-    casts: bool
-    now: str
-
-    def p(self, name: str, kind: str) -> str:
-        return f"%({name})s::{kind}" if self.casts else f"%({name})s"
-
-    def later(self, seconds: str) -> str:
-        """``seconds`` (a parameter's name) after the statement's time, on its clock."""
-        if self.casts:
-            return f"{self.now} + %({seconds})s::integer * interval '1 second'"
-        return f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || %({seconds})s || ' seconds')"
-
-    def json_equal(self, column: str, name: str) -> str:
-        if self.casts:
-            return f"{column} = %({name})s::jsonb"
-        return f"json({column}) = json(%({name})s)"
 
 
-_PG = _Dialect(casts=True, now="statement_timestamp()")
-_SQLITE = _Dialect(casts=False, now="strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')")
-
-
-def _move(d: _Dialect) -> str:
+def _move(d: Dialect) -> str:
     """The optimistic move of the run's head: writes only on the head the commit was decided
     on, intact (``_HEAD_INTACT``), and returns the lease as the statement left it."""
     owner = d.p("lease_owner", "text")
@@ -308,7 +288,7 @@ _OUTBOX_COLUMNS = (
 )
 
 
-def _checkpoint_values(d: _Dialect) -> str:
+def _checkpoint_values(d: Dialect) -> str:
     kinds = (
         ("checkpoint_id", "uuid"), ("tenant_id", "uuid"), ("run_id", "uuid"),
         ("sequence", "bigint"), ("parent_id", "uuid"), ("state", "text"), ("step", "text"),
@@ -319,7 +299,7 @@ def _checkpoint_values(d: _Dialect) -> str:
     return ", ".join(d.p(name, kind) for name, kind in kinds)
 
 
-def _outbox_values(d: _Dialect) -> str:
+def _outbox_values(d: Dialect) -> str:
     claim = d.p("outbox_claim_seconds", "integer")
     return ", ".join(
         (
@@ -336,7 +316,7 @@ def _outbox_values(d: _Dialect) -> str:
     )
 
 
-def _consume(d: _Dialect) -> str:
+def _consume(d: Dialect) -> str:
     return (
         f"UPDATE {OUTBOX} SET sent_at = {d.p('now', 'timestamptz')}"
         f" WHERE id = {d.p('consumed_outbox_id', 'bigint')} AND sent_at IS NULL"
@@ -346,19 +326,19 @@ def _consume(d: _Dialect) -> str:
 # PostgreSQL: one statement. ``notified``: runners long-poll externally driven runs (GET
 # /runs/{id}/next); NOTIFY wakes them when this transaction commits (``changes``).
 _PG_COMMIT = f"""
-WITH moved AS ({_move(_PG)}
+WITH moved AS ({_move(POSTGRES)}
 ), notified AS (
     SELECT pg_notify('{CHANNEL}', id::text) FROM moved WHERE execution = 'external'
 ), inserted AS (
     INSERT INTO {CHECKPOINT} ({_CHECKPOINT_COLUMNS})
-    SELECT {_checkpoint_values(_PG)} FROM moved
+    SELECT {_checkpoint_values(POSTGRES)} FROM moved
     RETURNING id
 ), queued AS (
     INSERT INTO {OUTBOX} ({_OUTBOX_COLUMNS})
-    SELECT {_outbox_values(_PG)} FROM moved
+    SELECT {_outbox_values(POSTGRES)} FROM moved
     RETURNING id
 ), consumed AS (
-    {_consume(_PG)} AND EXISTS (SELECT 1 FROM moved)
+    {_consume(POSTGRES)} AND EXISTS (SELECT 1 FROM moved)
     RETURNING id
 )
 SELECT (SELECT id FROM queued), (SELECT count(*) FROM inserted),
@@ -366,12 +346,12 @@ SELECT (SELECT id FROM queued), (SELECT count(*) FROM inserted),
        (SELECT count(*) FROM consumed), (SELECT count(*) FROM notified)
 """
 # SQLite: the same statements, one after the other in one transaction.
-_SQLITE_MOVE = _move(_SQLITE)
+_SQLITE_MOVE = _move(SQLITE)
 _SQLITE_INSERT = (
-    f"INSERT INTO {CHECKPOINT} ({_CHECKPOINT_COLUMNS}) VALUES ({_checkpoint_values(_SQLITE)})"
+    f"INSERT INTO {CHECKPOINT} ({_CHECKPOINT_COLUMNS}) VALUES ({_checkpoint_values(SQLITE)})"
 )
-_SQLITE_QUEUE = f"INSERT INTO {OUTBOX} ({_OUTBOX_COLUMNS}) VALUES ({_outbox_values(_SQLITE)})"
-_SQLITE_CONSUME = _consume(_SQLITE)
+_SQLITE_QUEUE = f"INSERT INTO {OUTBOX} ({_OUTBOX_COLUMNS}) VALUES ({_outbox_values(SQLITE)})"
+_SQLITE_CONSUME = _consume(SQLITE)
 
 
 def _commit_params(write: CommitWrite, *, embedded: bool) -> dict[str, Any]:
@@ -422,23 +402,15 @@ def _same(value: Any) -> Any:
     return value
 
 
-_PG_HEAD = _HEAD_SELECT.format(run_id=_PG.p("run_id", "uuid"), tenant_id=_PG.p("tenant_id", "uuid"))
+_PG_HEAD = _HEAD_SELECT.format(
+    run_id=POSTGRES.p("run_id", "uuid"), tenant_id=POSTGRES.p("tenant_id", "uuid")
+)
 _SQLITE_HEAD = _HEAD_SELECT.format(
-    run_id=_SQLITE.p("run_id", "uuid"), tenant_id=_SQLITE.p("tenant_id", "uuid")
+    run_id=SQLITE.p("run_id", "uuid"), tenant_id=SQLITE.p("tenant_id", "uuid")
 )
 _LEASE_CHECK = f"SELECT version, status, lease_owner, paused FROM {RUN} WHERE id = {{run_id}}"
-_PG_LEASE_CHECK = _LEASE_CHECK.format(run_id=_PG.p("run_id", "uuid"))
-_SQLITE_LEASE_CHECK = _LEASE_CHECK.format(run_id=_SQLITE.p("run_id", "uuid"))
-
-
-def _fetch_one(sql_pg: str, sql_sqlite: str, params: dict[str, Any]) -> tuple | None:
-    """One row of a read, on either database (UUID parameters as each stores them)."""
-    if connection.vendor == "postgresql":
-        return prepared_fetchone(sql_pg, params)
-    embedded = {k: _hex(v) if isinstance(v, UUID) else v for k, v in params.items()}
-    with connection.cursor() as cursor:
-        cursor.execute(sql_sqlite, embedded)
-        return cursor.fetchone()
+_PG_LEASE_CHECK = _LEASE_CHECK.format(run_id=POSTGRES.p("run_id", "uuid"))
+_SQLITE_LEASE_CHECK = _LEASE_CHECK.format(run_id=SQLITE.p("run_id", "uuid"))
 
 
 # --- SQLite -----------------------------------------------------------------------------------
@@ -464,14 +436,9 @@ def _sqlite_commit(write: CommitWrite) -> Committed | None:
         outbox_id = cursor.lastrowid
         if write.consumed_outbox_id is not None:
             cursor.execute(_SQLITE_CONSUME, params)
-    return Committed(outbox_id=outbox_id, lease_owner=moved[2], lease_expires_at=_aware(moved[3]))
-
-
-def _aware(value: Any) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
-    parsed = parse_datetime(value)
-    return parsed if parsed is None or parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return Committed(
+        outbox_id=outbox_id, lease_owner=moved[2], lease_expires_at=aware_datetime(moved[3])
+    )
 
 
 def _uuid(value: Any) -> UUID | None:
@@ -482,7 +449,7 @@ def run_lease_check(*, run_id: UUID) -> tuple[int, str, str, bool] | None:
     """The run's version, status, lease owner and whether an operator paused it (one
     statement): what a worker's lean step checks before it runs, to know the run is still
     its own and may go on."""
-    return _fetch_one(_PG_LEASE_CHECK, _SQLITE_LEASE_CHECK, {"run_id": _uuid(run_id)})
+    return statement_fetchone(_PG_LEASE_CHECK, _SQLITE_LEASE_CHECK, {"run_id": _uuid(run_id)})
 
 
 # --- the two operations -----------------------------------------------------------------------
@@ -492,7 +459,9 @@ def head_read(*, tenant_id: object, run_id: UUID | str) -> RunHead | None:
         run_uuid = _uuid(run_id)
     except ValueError:
         return None
-    row = _fetch_one(_PG_HEAD, _SQLITE_HEAD, {"run_id": run_uuid, "tenant_id": _uuid(tenant_id)})
+    row = statement_fetchone(
+        _PG_HEAD, _SQLITE_HEAD, {"run_id": run_uuid, "tenant_id": _uuid(tenant_id)}
+    )
     if row is None:
         return None
     return RunHead(
@@ -510,7 +479,7 @@ def head_read(*, tenant_id: object, run_id: UUID | str) -> RunHead | None:
         latest_checkpoint_id=_uuid(row[11]),
         latest_checkpoint_sha256=row[12],
         lease_owner=row[13],
-        lease_expires_at=_aware(row[14]),
+        lease_expires_at=aware_datetime(row[14]),
         budget_used=_loads(row[15]) or {},
         budget_limits=_loads(row[16]) or {},
         integrity_problem=_head_problem(row),

@@ -1,5 +1,10 @@
-"""The store's basic reads: a tenant's run, a checkpoint's decrypted envelope, a run's
-latest envelope.
+"""The store's basic reads: a run (with its workflow and tenant), a run's checkpoint, a
+checkpoint's decrypted envelope, a run's latest envelope.
+
+The run and its checkpoint are read by every API request about a run and by every worker
+task before its first step, so each is one prepared statement (``tenants.prepared``) whose
+row becomes the instances the ORM would have built: a third of a millisecond against one,
+where the ORM spent most of a millisecond building and converting the same query.
 
 Below both the commit (``checkpoints.services.checkpoints``) and the integrity checks
 (``checkpoints.services.integrity``), which both need them. The audited read of one
@@ -14,8 +19,9 @@ from uuid import UUID
 
 from cairn.errors import IntegrityFailure, NotFound
 from checkpoints import crypto
-from checkpoints.models import Checkpoint, Run
+from checkpoints.models import Checkpoint, Run, WorkflowDefinition
 from tenants.models import Tenant
+from tenants.prepared import model_columns, model_from_row, statement_fetchone
 
 if TYPE_CHECKING:
     from checkpoints.services.commit_sql import RunHead
@@ -25,12 +31,60 @@ TABLE = "checkpoint"
 FIELD = "envelope"
 
 
-def run_get(*, tenant: Tenant, run_id: UUID | str) -> Run:
-    """The tenant's run, or NotFound (also for another tenant's run: existence is private)."""
+_RUN_READ = (
+    f"SELECT {model_columns(Run, 'r')}, {model_columns(WorkflowDefinition, 'w')}, "
+    f"{model_columns(Tenant, 't')} FROM {Run._meta.db_table} r "
+    f"JOIN {WorkflowDefinition._meta.db_table} w ON w.id = r.workflow_id "
+    f"JOIN {Tenant._meta.db_table} t ON t.id = r.tenant_id WHERE r.id = {{run_id}}"
+)
+_CHECKPOINT_READ = (
+    f"SELECT {model_columns(Checkpoint, 'c')} FROM {Checkpoint._meta.db_table} c "
+    "WHERE c.run_id = {run_id} AND c.sequence = {sequence}"
+)
+_RUN_COLUMNS = len(Run._meta.concrete_fields)
+_WORKFLOW_COLUMNS = len(WorkflowDefinition._meta.concrete_fields)
+
+
+def run_read(*, run_id: UUID | str) -> Run | None:
+    """The run with its workflow and tenant loaded (one statement), or None. Not scoped to
+    a tenant: for the worker, which has a run id from a command; a request asks
+    ``run_get``."""
     try:
-        return Run.objects.select_related("workflow").get(tenant=tenant, pk=run_id)
-    except (Run.DoesNotExist, ValueError):
+        run_uuid = run_id if isinstance(run_id, UUID) else UUID(str(run_id))
+    except ValueError:
+        return None
+    row = statement_fetchone(
+        _RUN_READ.format(run_id="%(run_id)s::uuid"),
+        _RUN_READ.format(run_id="%(run_id)s"),
+        {"run_id": run_uuid},
+    )
+    if row is None:
+        return None
+    workflow_end = _RUN_COLUMNS + _WORKFLOW_COLUMNS
+    run = model_from_row(Run, row[:_RUN_COLUMNS])
+    run.workflow = model_from_row(WorkflowDefinition, row[_RUN_COLUMNS:workflow_end])
+    run.tenant = model_from_row(Tenant, row[workflow_end:])
+    return run
+
+
+def run_get(*, tenant: Tenant, run_id: UUID | str) -> Run:
+    """The tenant's run (its workflow loaded), or NotFound, also for another tenant's run:
+    existence is private."""
+    run = run_read(run_id=run_id)
+    if run is None or run.tenant_id != tenant.pk:
         raise NotFound("No such run.")
+    run.tenant = tenant
+    return run
+
+
+def checkpoint_at(*, run_id: UUID, sequence: int) -> Checkpoint | None:
+    """The run's checkpoint at ``sequence`` (one statement), or None."""
+    row = statement_fetchone(
+        _CHECKPOINT_READ.format(run_id="%(run_id)s::uuid", sequence="%(sequence)s::bigint"),
+        _CHECKPOINT_READ.format(run_id="%(run_id)s", sequence="%(sequence)s"),
+        {"run_id": run_id, "sequence": sequence},
+    )
+    return None if row is None else model_from_row(Checkpoint, row)
 
 
 def checkpoint_envelope(checkpoint: Checkpoint) -> dict[str, Any]:
@@ -49,7 +103,7 @@ def checkpoint_envelope(checkpoint: Checkpoint) -> dict[str, Any]:
 
 
 def latest_envelope(run: Run | RunHead) -> dict[str, Any]:
-    checkpoint = Checkpoint.objects.filter(run_id=run.id, sequence=run.checkpoint_sequence).first()
+    checkpoint = checkpoint_at(run_id=run.id, sequence=run.checkpoint_sequence)
     if checkpoint is None:
         return {}
     return checkpoint_envelope(checkpoint)
