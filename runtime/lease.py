@@ -15,6 +15,7 @@ clock is right.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 import time
@@ -30,8 +31,9 @@ from django.utils import timezone
 from checkpoints.models import ACTIVE_STATUSES, OutboxMessage, Run
 from checkpoints.services.checkpoints import BUDGET_USED_KEYS
 from checkpoints.services.commit_sql import RunHead
-from runtime.services.leases import lease_release
+from runtime.services.leases import ACTIVE_SQL, lease_release
 from telemetry import tracing
+from tenants.prepared import POSTGRES, SQLITE, Dialect, statement_fetchone
 
 from .errors import LeaseLost
 
@@ -49,6 +51,22 @@ def _protocol(method):  # noqa: ANN001, ANN202
             return method(self, *args, **kwargs)
 
     return untraced
+
+
+def _charge_statement(d: Dialect) -> str:
+    """The charge: the run's usage and the lease's expiry, only while this worker holds
+    the lease and the usage is the one it last wrote (one prepared statement: the first
+    attempt of every task is charged with it)."""
+    return f"""
+    UPDATE {Run._meta.db_table}
+       SET budget_used = {d.p("used", "jsonb")}, lease_expires_at = {d.later("ttl")}
+     WHERE id = {d.p("run_id", "uuid")} AND version = {d.p("version", "bigint")}
+       AND lease_owner = {d.p("owner", "text")} AND status IN ({ACTIVE_SQL})
+       AND {d.json_equal("budget_used", "prior")}
+    RETURNING 1"""
+
+
+_CHARGE = (_charge_statement(POSTGRES), _charge_statement(SQLITE))
 
 
 def used_merge(*sources: dict[str, Any] | None) -> dict[str, Any]:
@@ -132,12 +150,19 @@ class LeaseKeeper:
             # run's: one conditional UPDATE charges it. Anything else (a usage this worker did
             # not write, a lost lease) goes through the locked read below, which decides.
             used = self._add(dict(self._used), deltas)
-            expiry = self._expiry()
-            if (
-                self._guard()
-                .filter(budget_used=self._used)
-                .update(budget_used=used, lease_expires_at=expiry)
-            ):
+            charged = statement_fetchone(
+                *_CHARGE,
+                {
+                    "run_id": self.run_id,
+                    "version": self.version,
+                    "owner": self.owner,
+                    "ttl": self.ttl_seconds,
+                    # The standard encoder's spacing, as the ORM writes a JSONField.
+                    "used": json.dumps(used),
+                    "prior": json.dumps(self._used),
+                },
+            )
+            if charged:
                 return self._charged(used)
         with self._lock, transaction.atomic():
             row = self._guard().select_for_update().values_list("budget_used", flat=True).first()

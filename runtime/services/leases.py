@@ -5,28 +5,54 @@ caller's ``expected_version`` is current, so a worker holding a stale command ca
 Taking over an expired lease of another owner is a restore and increments restore_count.
 
 Expiry is set and compared on the database's clock (``cairn.clock``): the UPDATE writes
-``Now() + ttl`` and calls a lease free when it ``<= Now()``, so a worker whose clock is off
-neither takes a healthy lease early nor sets one that has already expired.
+``now + ttl`` and calls a lease free when it ``<= now``, both the statement's time, so a
+worker whose clock is off neither takes a healthy lease early nor sets one that has already
+expired. Each case is one prepared statement (``tenants.prepared``): every worker task
+takes a lease before its first step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from uuid import UUID
 
 from django.core.exceptions import ValidationError
-from django.db.models import F, Q
-from django.db.models.functions import Now
 
-from cairn import clock
 from cairn.credentials import free_text_refuse
 from cairn.errors import ConcurrentCheckpointWrite, InvalidRequest, LeaseHeld, RunNotActive
 from checkpoints.models import ACTIVE_STATUSES, Run
 from checkpoints.services.reads import run_get
 from tenants.models import Tenant
+from tenants.prepared import POSTGRES, SQLITE, Dialect, aware_datetime, statement_fetchone
 
 MAX_TTL_SECONDS = 3600
+# The active statuses as a statement's list (Cairn's own constants, never input).
+ACTIVE_SQL = ", ".join(f"'{status}'" for status in sorted(ACTIVE_STATUSES))
+
+
+def _lease_statement(d: Dialect, *, case: str, restore: bool = False) -> str:
+    """The lease's conditional UPDATE for one case, returning the expiry it wrote (one
+    prepared statement; the database's clock sets and compares the expiry)."""
+    free = f"(lease_owner = '' OR lease_expires_at IS NULL OR lease_expires_at <= {d.now})"
+    owner = d.p("owner", "text")
+    where = {
+        "new": f"{free} AND lease_owner = ''",
+        "mine": f"lease_owner = {owner}",
+        "take over": f"{free} AND lease_owner <> ''",
+    }[case]
+    return f"""
+    UPDATE {Run._meta.db_table} SET lease_owner = {owner}, lease_expires_at = {d.later("ttl")}
+        {", restore_count = restore_count + 1" if restore else ""}
+     WHERE id = {d.p("run_id", "uuid")} AND version = {d.p("version", "bigint")}
+       AND status IN ({ACTIVE_SQL}) AND {where}
+    RETURNING lease_expires_at"""
+
+
+_LEASE_NEW, _LEASE_MINE, _LEASE_TAKE_OVER = (
+    (_lease_statement(POSTGRES, **kw), _lease_statement(SQLITE, **kw))
+    for kw in ({"case": "new"}, {"case": "mine"}, {"case": "take over", "restore": True})
+)
 
 
 @dataclass(frozen=True)
@@ -51,10 +77,9 @@ def lease_acquire(
     """Grant or renew the lease to ``owner``. One conditional UPDATE; atomic.
 
     ``run`` is the run as the caller just read it (a worker reads it to decide whether to
-    lease at all); without it the run is read first, and the returned ``expires_at`` is
-    read back from the row (the database's value, for an API client). With ``run`` it is
-    this process's estimate (``cairn.clock.now``): a worker renews well before it anyway.
-    The UPDATE checks the version either way, so a stale ``run`` is refused, never leased.
+    lease at all); without it the run is read first. The returned ``expires_at`` is the
+    database's, as the UPDATE wrote it. The UPDATE checks the version either way, so a
+    stale ``run`` is refused, never leased.
 
     Raises NotFound, RunNotActive, ConcurrentCheckpointWrite (the version moved) or
     LeaseHeld (another owner's lease has not expired).
@@ -68,30 +93,19 @@ def lease_acquire(
             f"ttl_seconds must be between 1 and {MAX_TTL_SECONDS}.",
             fields={"ttl_seconds": "out of range"},
         )
-    ttl = timedelta(seconds=ttl_seconds)
-    expires = Now() + ttl  # on the database's clock, like every comparison below
     read_back = run is None or str(run.pk) != str(run_id) or run.tenant_id != tenant.id
     if read_back:
         run = run_get(tenant=tenant, run_id=run_id)
-    free = Q(lease_owner="") | Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=Now())
-    mine = Q(lease_owner=owner)
-    base = Run.objects.filter(pk=run.pk, version=expected_version, status__in=ACTIVE_STATUSES)
     # The three cases are disjoint (a free lease, this owner's, another owner's expired
-    # one); a new task's lease, the common case, is the first UPDATE.
+    # one); a new task's lease, the common case, is the first statement.
     took_over = False
-    updated = base.filter(free, lease_owner="").update(lease_owner=owner, lease_expires_at=expires)
-    if not updated:
-        updated = base.filter(mine).update(lease_expires_at=expires)
-    if not updated:
+    params = {"run_id": run.pk, "version": expected_version, "owner": owner, "ttl": ttl_seconds}
+    row = statement_fetchone(*_LEASE_NEW, params) or statement_fetchone(*_LEASE_MINE, params)
+    if row is None:
         # Someone else's expired lease: taking it over is a restore.
-        updated = took_over = bool(
-            base.filter(free)
-            .exclude(lease_owner="")
-            .update(
-                lease_owner=owner, lease_expires_at=expires, restore_count=F("restore_count") + 1
-            )
-        )
-    if not updated:
+        row = statement_fetchone(*_LEASE_TAKE_OVER, params)
+        took_over = row is not None
+    if row is None:
         run.refresh_from_db()
         if run.status not in ACTIVE_STATUSES:
             raise RunNotActive(f"The run is {run.status}; it cannot be leased.")
@@ -102,12 +116,9 @@ def lease_acquire(
         raise LeaseHeld(
             f"The run is leased by {run.lease_owner} until {run.lease_expires_at.isoformat()}."
         )
-    # The UPDATE matched the expected version, so the run is at it; a take-over counted one
-    # more restore than the run had when it was read.
-    if read_back:
-        expires_at = Run.objects.values_list("lease_expires_at", flat=True).get(pk=run.pk)
-    else:
-        expires_at = clock.now() + ttl
+    # The statement matched the expected version, so the run is at it; a take-over counted
+    # one more restore than the run had when it was read. The expiry is the database's.
+    expires_at = aware_datetime(row[0])
     return Lease(
         run_id=run.id,
         owner=owner,
