@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from checkpoints.models import OutboxMessage, Run
 from telemetry.tracing import message_headers, run_context
+from tenants.prepared import POSTGRES, SQLITE, Dialect, statement_fetchall
 
 log = logging.getLogger("cairn.outbox")
 
@@ -94,56 +95,75 @@ def _publish(message: OutboxMessage) -> None:
 
 
 _OUTBOX = OutboxMessage._meta.db_table
-# The database's time, and that time plus a number of seconds (one parameter), per vendor.
-_NOW = {
-    "postgresql": "statement_timestamp()",
-    "sqlite": "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')",
-}
-_LATER = {
-    "postgresql": "statement_timestamp() + %s * interval '1 second'",
-    "sqlite": "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '+' || %s || ' seconds')",
-}
 _RUN = Run._meta.db_table
-# Due: unsent, available, not claimed by a live dispatcher (or a live worker), and not a
-# command of a run an operator paused (runtime.services.pause): those wait, unsent, until
-# the run is unpaused, whichever path queued them.
-_DUE = (
-    "sent_at IS NULL AND (available_at IS NULL OR available_at <= {now})"
-    " AND (claimed_until IS NULL OR claimed_until < {now})"
-    f" AND NOT EXISTS (SELECT 1 FROM {_RUN} WHERE {_RUN}.id = {_OUTBOX}.run_id"
-    f" AND {_RUN}.paused)"
-)
-# The claim: one conditional UPDATE that also returns what to publish, so a dispatcher
-# neither reads the message first nor can claim one another dispatcher holds. ``which`` is
-# the caller's ids, or the sweep's oldest due ones.
-_CLAIM = f"""
-UPDATE {_OUTBOX} SET claimed_until = {{later}}, attempts = attempts + 1
- WHERE id IN ({{which}}) AND {_DUE}
+
+
+def _due(d: Dialect) -> str:
+    """Due: unsent, available, not claimed by a live dispatcher (or a live worker), and not
+    a command of a run an operator paused (runtime.services.pause): those wait, unsent,
+    until the run is unpaused, whichever path queued them."""
+    return (
+        f"sent_at IS NULL AND (available_at IS NULL OR available_at <= {d.now})"
+        f" AND (claimed_until IS NULL OR claimed_until < {d.now})"
+        f" AND NOT EXISTS (SELECT 1 FROM {_RUN} WHERE {_RUN}.id = {_OUTBOX}.run_id"
+        f" AND {_RUN}.paused)"
+    )
+
+
+def _claim_statement(d: Dialect, *, named: bool) -> str:
+    """The claim: one conditional UPDATE that also returns what to publish, so a
+    dispatcher neither reads the message first nor can claim one another dispatcher holds.
+    ``named``: the caller's ids (a JSON list on SQLite); else the sweep's oldest due ones.
+    One fixed statement either way, prepared on PostgreSQL (``tenants.prepared``): every
+    command published at commit is claimed with it."""
+    if named:
+        which = (
+            f"id = ANY({d.p('ids', 'bigint[]')})"
+            if d.casts
+            else f"id IN (SELECT value FROM json_each({d.p('ids', 'text')}))"
+        )
+    else:
+        which = (
+            f"id IN (SELECT id FROM {_OUTBOX} WHERE {_due(d)} ORDER BY id "
+            f"LIMIT {d.p('limit', 'integer')})"
+        )
+    return f"""
+UPDATE {_OUTBOX} SET claimed_until = {d.later("seconds")}, attempts = attempts + 1
+ WHERE {which} AND {_due(d)}
 RETURNING id, kind, payload,
     (SELECT trace_context FROM {_RUN} WHERE {_RUN}.id = {_OUTBOX}.run_id)
 """
-_SWEEP = f"SELECT id FROM {_OUTBOX} WHERE {_DUE} ORDER BY id LIMIT %s"
-_SENT = f"UPDATE {_OUTBOX} SET sent_at = %s WHERE id = %s"
-_UNCLAIM = f"UPDATE {_OUTBOX} SET claimed_until = NULL WHERE id = %s"
 
 
-def _claim(message_ids: list[int] | None, *, limit: int, seconds: float) -> list[OutboxMessage]:
+_CLAIM_NAMED, _CLAIM_DUE = (
+    (_claim_statement(POSTGRES, named=named), _claim_statement(SQLITE, named=named))
+    for named in (True, False)
+)
+
+
+def _mark_statement(d: Dialect, assignment: str) -> str:
+    return f"UPDATE {_OUTBOX} SET {assignment} WHERE id = {d.p('id', 'bigint')} RETURNING id"
+
+
+_SENT = tuple(
+    _mark_statement(d, f"sent_at = {d.p('sent_at', 'timestamptz')}") for d in (POSTGRES, SQLITE)
+)
+_UNCLAIM = tuple(_mark_statement(d, "claimed_until = NULL") for d in (POSTGRES, SQLITE))
+
+
+def _claim(message_ids: list[int] | None, *, limit: int, seconds: int) -> list[OutboxMessage]:
     """Claim the due messages among ``message_ids`` (all due ones, oldest first, when None),
     at most ``limit``, for ``seconds`` on the database's clock, each with its run's trace
     context (``run_trace_context``, not a column of the message): one statement."""
-    vendor = "postgresql" if connection.vendor == "postgresql" else "sqlite"
-    now, later = _NOW[vendor], _LATER[vendor]
     if message_ids is None:
-        which, which_params = _SWEEP.format(now=now), [limit]
+        statement, params = _CLAIM_DUE, {"limit": limit}
+    elif not message_ids:
+        return []
     else:
-        which_params = message_ids[:limit]
-        which = ", ".join(["%s"] * len(which_params))
-        if not which_params:
-            return []
-    sql = _CLAIM.format(which=which, later=later, now=now)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [seconds, *which_params])
-        rows = cursor.fetchall()
+        ids = message_ids[:limit]
+        embedded = connection.vendor != "postgresql"
+        statement, params = _CLAIM_NAMED, {"ids": json.dumps(ids) if embedded else ids}
+    rows = statement_fetchall(*statement, {**params, "seconds": int(seconds)})
     # PostgreSQL's driver decodes jsonb; SQLite returns the text.
     messages = []
     for pk, kind, payload, trace_context in sorted(rows):
@@ -157,9 +177,8 @@ def _claim(message_ids: list[int] | None, *, limit: int, seconds: float) -> list
     return messages
 
 
-def _mark(sql: str, *params: Any) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, list(params))
+def _mark(statement: tuple[str, str], **params: Any) -> None:
+    statement_fetchall(*statement, params)
 
 
 def outbox_dispatch(*, message_ids: Iterable[int] | None = None, limit: int = 200) -> int:
@@ -178,9 +197,12 @@ def outbox_dispatch(*, message_ids: Iterable[int] | None = None, limit: int = 20
             _publish(message)
         except Exception:
             log.exception("outbox publish failed", extra={"outbox_id": message.id})
-            _mark(_UNCLAIM, message.id)
+            _mark(_UNCLAIM, id=message.id)
             continue
-        _mark(_SENT, connection.ops.adapt_datetimefield_value(timezone.now()), message.id)
+        sent_at = timezone.now()
+        if connection.vendor != "postgresql":
+            sent_at = connection.ops.adapt_datetimefield_value(sent_at)
+        _mark(_SENT, id=message.id, sent_at=sent_at)
         published += 1
     return published
 

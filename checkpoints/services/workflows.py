@@ -19,6 +19,14 @@ from cairn.errors import (
 from checkpoints.envelope import canonical_json, find_secret
 from checkpoints.models import WorkflowDefinition
 from tenants.models import Tenant
+from tenants.prepared import (
+    POSTGRES,
+    SQLITE,
+    Dialect,
+    model_columns,
+    model_from_row,
+    statement_fetchone,
+)
 from tenants.reviewer_groups import GROUP_NAME
 
 LIST_KEYS = ("states", "terminal", "approval_states", "effect_states")
@@ -353,12 +361,34 @@ def workflow_register(
     return row, True
 
 
+def _resolve_statement(d: Dialect, *, named: bool) -> str:
+    """The definition a run starts on: the named version (ordered as the model is), or the
+    newest one registered; the tenant's own or one registered in code."""
+    version = f"AND w.version = {d.p('version', 'text')}" if named else ""
+    order = "w.workflow_type, w.version, w.id" if named else "w.created_at DESC"
+    return (
+        f"SELECT {model_columns(WorkflowDefinition, 'w')} "
+        f"FROM {WorkflowDefinition._meta.db_table} w "
+        f"WHERE (w.tenant_id = {d.p('tenant_id', 'uuid')} OR w.tenant_id IS NULL) "
+        f"AND w.workflow_type = {d.p('workflow_type', 'text')} {version} "
+        f"ORDER BY {order} LIMIT 1"
+    )
+
+
+# Every run's start resolves its workflow: one prepared statement (``tenants.prepared``).
+_RESOLVE_NAMED, _RESOLVE_NEWEST = (
+    (_resolve_statement(POSTGRES, named=named), _resolve_statement(SQLITE, named=named))
+    for named in (True, False)
+)
+
+
 def workflow_resolve(
     *, tenant: Tenant, workflow_type: str, version: str | None = None
 ) -> WorkflowDefinition:
     """The named version, or the newest one registered. Raises UnknownWorkflow."""
-    rows = workflows_visible(tenant=tenant).filter(workflow_type=workflow_type)
-    row = rows.filter(version=version).first() if version else rows.order_by("-created_at").first()
+    params = {"tenant_id": tenant.pk, "workflow_type": workflow_type, "version": version}
+    found = statement_fetchone(*(_RESOLVE_NAMED if version else _RESOLVE_NEWEST), params)
+    row = None if found is None else model_from_row(WorkflowDefinition, found)
     if row is None:
         named = f"{workflow_type} version {version}" if version else workflow_type
         raise UnknownWorkflow(f"No workflow {named} is registered.")
