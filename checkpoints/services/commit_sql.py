@@ -3,7 +3,10 @@
 ``checkpoint_commit`` (``checkpoints.services.checkpoints``) decides and seals; this module
 reads the run's head and writes the commit. It is SQL on purpose: the commit is the hot
 path of every run, and Django building and compiling four ORM statements cost more than
-the database did (docs/performance.md). Everything else uses the ORM.
+the database did (docs/performance.md). So are the few statements every worker task makes
+before its first step (``reads``, ``runtime.services.leases``, ``runtime.lease``) and every
+run's start (``workflows``, ``outbox``), on ``tenants.prepared``; everything else uses the
+ORM.
 
 PostgreSQL: the commit is **one statement**, data-modifying CTEs that make the optimistic
 ``UPDATE run … WHERE id AND version … RETURNING``, insert the checkpoint and the outbox
