@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import factory
 from django.contrib.auth import get_user_model
+from django.db import connection
 
 from tenants.models import Tenant
 
@@ -75,3 +76,14 @@ ENVELOPE_GROUPS = {
     "budgets": {},
     "control": {},
 }
+
+
+def stored_column(model, column: str, tenant) -> str:  # noqa: ANN001
+    """A column of the tenant's row as the database holds it, read without the ORM (what a
+    sealed column looks like at rest)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {column} FROM {model._meta.db_table} WHERE tenant_id = %s",
+            [str(tenant.pk) if connection.vendor == "postgresql" else tenant.pk.hex],
+        )
+        return cursor.fetchone()[0]

@@ -42,7 +42,7 @@ from tests.approvals_support import (
     legal_quorum_request,
     worker_run,
 )
-from tests.factories import UserFactory
+from tests.factories import UserFactory, stored_column
 from tests.smtp_support import PUBLIC_URL, free_port
 
 pytestmark = pytest.mark.django_db
@@ -165,13 +165,7 @@ HOOK_PATH = "/services/T000/B000/a-secret-token"
 
 
 def _stored(tenant) -> str:  # noqa: ANN001
-    """The chat URL column as the database holds it, read without the ORM."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT chat_url_sealed FROM approvals_notificationpreference WHERE tenant_id = %s",
-            [str(tenant.pk) if connection.vendor == "postgresql" else tenant.pk.hex],
-        )
-        return cursor.fetchone()[0]
+    return stored_column(NotificationPreference, "chat_url_sealed", tenant)
 
 
 def test_a_chat_url_is_stored_sealed_and_still_delivers(smtp, acme, rita, pending, receivers):  # noqa: ANN001

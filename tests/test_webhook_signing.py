@@ -25,7 +25,7 @@ from runtime.services.webhooks import webhooks_deliver
 from tenants.models import AuditEvent
 from tenants.services import Actor
 from tests.approvals_support import move
-from tests.factories import SIMPLE_DEFINITION
+from tests.factories import SIMPLE_DEFINITION, stored_column
 
 
 def _set(client, **body):  # noqa: ANN001, ANN003, ANN202
@@ -170,12 +170,7 @@ TOKEN_PATH = "/hooks/a-secret-token"
 
 
 def _stored_url(tenant) -> str:  # noqa: ANN001
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT url_sealed FROM checkpoints_runnerwebhook WHERE tenant_id = %s",
-            [str(tenant.pk) if connection.vendor == "postgresql" else tenant.pk.hex],
-        )
-        return cursor.fetchone()[0]
+    return stored_column(RunnerWebhook, "url_sealed", tenant)
 
 
 def _external_run(tenant, user):  # noqa: ANN001, ANN202
