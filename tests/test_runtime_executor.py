@@ -208,7 +208,7 @@ def test_a_crash_loop_never_grants_new_attempts(acme):
         LeaseKeeper(run=run, owner=dead, version=run.version, ttl_seconds=60).charge(
             attempts_used=1
         )
-        Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now())
+        Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     assert advance(run, owner="survivor") == "failed"
     run.refresh_from_db()
     assert run.status_reason == "budget exhausted: attempts used 2 of 2"
