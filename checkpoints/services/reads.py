@@ -3,8 +3,7 @@ checkpoint's decrypted envelope, a run's latest envelope.
 
 The run and its checkpoint are read by every API request about a run and by every worker
 task before its first step, so each is one prepared statement (``tenants.prepared``) whose
-row becomes the instances the ORM would have built: a third of a millisecond against one,
-where the ORM spent most of a millisecond building and converting the same query.
+row becomes the instances the ORM would have built (what it saves: docs/performance.md).
 
 Below both the commit (``checkpoints.services.checkpoints``) and the integrity checks
 (``checkpoints.services.integrity``), which both need them. The audited read of one
@@ -21,7 +20,14 @@ from cairn.errors import IntegrityFailure, NotFound
 from checkpoints import crypto
 from checkpoints.models import Checkpoint, Run, WorkflowDefinition
 from tenants.models import Tenant
-from tenants.prepared import model_columns, model_from_row, statement_fetchone
+from tenants.prepared import (
+    POSTGRES,
+    SQLITE,
+    Dialect,
+    model_columns,
+    model_from_row,
+    statement_fetchone,
+)
 
 if TYPE_CHECKING:
     from checkpoints.services.commit_sql import RunHead
@@ -31,16 +37,26 @@ TABLE = "checkpoint"
 FIELD = "envelope"
 
 
-_RUN_READ = (
-    f"SELECT {model_columns(Run, 'r')}, {model_columns(WorkflowDefinition, 'w')}, "
-    f"{model_columns(Tenant, 't')} FROM {Run._meta.db_table} r "
-    f"JOIN {WorkflowDefinition._meta.db_table} w ON w.id = r.workflow_id "
-    f"JOIN {Tenant._meta.db_table} t ON t.id = r.tenant_id WHERE r.id = {{run_id}}"
-)
-_CHECKPOINT_READ = (
-    f"SELECT {model_columns(Checkpoint, 'c')} FROM {Checkpoint._meta.db_table} c "
-    "WHERE c.run_id = {run_id} AND c.sequence = {sequence}"
-)
+def _run_read(d: Dialect) -> str:
+    return (
+        f"SELECT {model_columns(Run, 'r')}, {model_columns(WorkflowDefinition, 'w')}, "
+        f"{model_columns(Tenant, 't')} FROM {Run._meta.db_table} r "
+        f"JOIN {WorkflowDefinition._meta.db_table} w ON w.id = r.workflow_id "
+        f"JOIN {Tenant._meta.db_table} t ON t.id = r.tenant_id "
+        f"WHERE r.id = {d.p('run_id', 'uuid')}"
+    )
+
+
+def _checkpoint_read(d: Dialect) -> str:
+    return (
+        f"SELECT {model_columns(Checkpoint, 'c')} FROM {Checkpoint._meta.db_table} c "
+        f"WHERE c.run_id = {d.p('run_id', 'uuid')} AND c.sequence = {d.p('sequence', 'bigint')}"
+    )
+
+
+# Each statement as each database spells it, built once.
+_RUN_READ = (_run_read(POSTGRES), _run_read(SQLITE))
+_CHECKPOINT_READ = (_checkpoint_read(POSTGRES), _checkpoint_read(SQLITE))
 _RUN_COLUMNS = len(Run._meta.concrete_fields)
 _WORKFLOW_COLUMNS = len(WorkflowDefinition._meta.concrete_fields)
 
@@ -53,11 +69,7 @@ def run_read(*, run_id: UUID | str) -> Run | None:
         run_uuid = run_id if isinstance(run_id, UUID) else UUID(str(run_id))
     except ValueError:
         return None
-    row = statement_fetchone(
-        _RUN_READ.format(run_id="%(run_id)s::uuid"),
-        _RUN_READ.format(run_id="%(run_id)s"),
-        {"run_id": run_uuid},
-    )
+    row = statement_fetchone(*_RUN_READ, {"run_id": run_uuid})
     if row is None:
         return None
     workflow_end = _RUN_COLUMNS + _WORKFLOW_COLUMNS
@@ -79,11 +91,7 @@ def run_get(*, tenant: Tenant, run_id: UUID | str) -> Run:
 
 def checkpoint_at(*, run_id: UUID, sequence: int) -> Checkpoint | None:
     """The run's checkpoint at ``sequence`` (one statement), or None."""
-    row = statement_fetchone(
-        _CHECKPOINT_READ.format(run_id="%(run_id)s::uuid", sequence="%(sequence)s::bigint"),
-        _CHECKPOINT_READ.format(run_id="%(run_id)s", sequence="%(sequence)s"),
-        {"run_id": run_id, "sequence": sequence},
-    )
+    row = statement_fetchone(*_CHECKPOINT_READ, {"run_id": run_id, "sequence": sequence})
     return None if row is None else model_from_row(Checkpoint, row)
 
 
