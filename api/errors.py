@@ -52,19 +52,26 @@ def _flatten(detail, prefix: str = "") -> dict[str, str]:  # noqa: ANN001
     return {prefix.rstrip(".") or "body": str(detail)}
 
 
-def exception_handler(exc, context):  # noqa: ANN001, ANN201
+def refusal(exc: Exception) -> tuple[int, dict, dict[str, str]] | None:
+    """The API's answer to what a service raised (its status, body and headers), or None for
+    an exception that is not a refusal. Both the DRF views (``exception_handler``) and the
+    commit's short path (``api.commit_route``) answer with it."""
     if isinstance(exc, CairnError):
-        response = Response(error_body(exc.code, exc.detail, exc.fields), status=exc.status)
-        if exc.retry_after is not None:
-            response["Retry-After"] = str(exc.retry_after)
-        return response
+        headers = {} if exc.retry_after is None else {"Retry-After": str(exc.retry_after)}
+        return exc.status, error_body(exc.code, exc.detail, exc.fields), headers
     if isinstance(exc, RequestDataTooBig):
-        return Response(
-            error_body("payload_too_large", "The request body is too large."), status=413
-        )
+        return 413, error_body("payload_too_large", "The request body is too large."), {}
     if isinstance(exc, crypto.MissingKeyError):
         log.error("missing encryption key", extra={"key_id": exc.key_id})
-        return Response(error_body("key_unavailable", str(exc)), status=503)
+        return 503, error_body("key_unavailable", str(exc)), {}
+    return None
+
+
+def exception_handler(exc, context):  # noqa: ANN001, ANN201
+    refused = refusal(exc)
+    if refused is not None:
+        status, body, headers = refused
+        return Response(body, status=status, headers=headers)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound("Not found.")
     elif isinstance(exc, DjangoPermissionDenied):

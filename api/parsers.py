@@ -4,6 +4,7 @@ and JSON that Cairn cannot store and hash exactly (``envelope.json_problem``).""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.conf import settings
 from rest_framework.exceptions import ParseError
@@ -37,14 +38,21 @@ class LimitedJSONParser(BaseParser):
                 declared = int(request.META.get("CONTENT_LENGTH") or 0) or None
             except ValueError:
                 declared = None
-        data = read_limited(stream, settings.CAIRN_MAX_REQUEST_BYTES, declared)
-        try:
-            value = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ParseError(f"The body is not valid JSON: {exc}")
-        except RecursionError:
-            raise ParseError("The body is not valid JSON: it is nested too deeply.")
-        problem = json_problem(value, where="the body")
-        if problem:
-            raise ParseError(f"The body cannot be stored as JSON: {problem}.")
-        return value
+        return json_body(read_limited(stream, settings.CAIRN_MAX_REQUEST_BYTES, declared))
+
+
+def json_body(data: bytes) -> Any:
+    """The body's JSON value, or ParseError saying why it is not one Cairn can store.
+
+    The standard library's decoder, not orjson: orjson reads an integer beyond 64 bits as a
+    float, which ``json_problem`` would then accept as a different number."""
+    try:
+        value = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ParseError(f"The body is not valid JSON: {exc}")
+    except RecursionError:
+        raise ParseError("The body is not valid JSON: it is nested too deeply.")
+    problem = json_problem(value, where="the body")
+    if problem:
+        raise ParseError(f"The body cannot be stored as JSON: {problem}.")
+    return value

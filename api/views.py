@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db.models import QuerySet
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from api import commit_route
 from api import serializers as s
 from api.pagination import OldestFirst, Pagination
 from api.parsers import read_limited
@@ -159,6 +160,15 @@ class RunDetailView(CairnAPIView):
 # --- checkpoints -------------------------------------------------------------------------
 class CheckpointListView(CairnAPIView):
     pagination_class = OldestFirst
+
+    def dispatch(self, request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+        # A runner's plain commit takes the short path (api.commit_route); everything else,
+        # every refusal before the commit included, is DRF's view below.
+        if request.method == "POST":
+            answer = commit_route.commit_answer(self, request, run_id=kwargs["run_id"])
+            if answer is not None:
+                return answer
+        return super().dispatch(request, *args, **kwargs)
 
     @extend_schema(
         responses={200: s.CheckpointSerializer(many=True), **_errors(404, 409)},

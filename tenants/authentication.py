@@ -6,22 +6,31 @@ from rest_framework import authentication, exceptions
 
 from tenants.services import token_authenticate
 
+KEYWORD = "Bearer"
+
+
+def bearer_secret(header: bytes) -> str | None:
+    """The secret of an ``Authorization: Bearer <secret>`` header, or None when the header
+    names no bearer token (another scheme, or none). AuthenticationFailed when it is
+    malformed."""
+    parts = header.split()
+    if not parts or parts[0].lower() != KEYWORD.lower().encode():
+        return None
+    if len(parts) != 2:
+        raise exceptions.AuthenticationFailed("The Authorization header must be 'Bearer <token>'.")
+    try:
+        return parts[1].decode()
+    except UnicodeDecodeError:
+        raise exceptions.AuthenticationFailed("The token contains invalid characters.")
+
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
-    keyword = "Bearer"
+    keyword = KEYWORD
 
     def authenticate(self, request):  # noqa: ANN001, ANN201
-        header = authentication.get_authorization_header(request).split()
-        if not header or header[0].lower() != self.keyword.lower().encode():
+        secret = bearer_secret(authentication.get_authorization_header(request))
+        if secret is None:
             return None
-        if len(header) != 2:
-            raise exceptions.AuthenticationFailed(
-                "The Authorization header must be 'Bearer <token>'."
-            )
-        try:
-            secret = header[1].decode()
-        except UnicodeDecodeError:
-            raise exceptions.AuthenticationFailed("The token contains invalid characters.")
         token = token_authenticate(secret)
         if token is None:
             raise exceptions.AuthenticationFailed(

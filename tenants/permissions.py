@@ -20,11 +20,16 @@ class HasTenantRole(permissions.BasePermission):
         if request_tenant(request._request) is None:
             self.message = "You are not a member of any tenant."
             return False
-        by_method = getattr(view, "required_permissions", None)
-        needed = (by_method or {}).get(request.method) or getattr(view, "required_permission", None)
-        if not needed:
-            return False  # a view that names no permission is closed, not open
-        held = request_permissions(request._request)
-        if isinstance(needed, str):
-            return needed in held
-        return any(codename in held for codename in needed)
+        return view_allows(view, request.method, request_permissions(request._request))
+
+
+def view_allows(view: object, method: str, held: frozenset[str]) -> bool:
+    """Whether ``held`` (a member's permission codenames) includes what ``view`` requires
+    for ``method``."""
+    by_method = getattr(view, "required_permissions", None)
+    needed = (by_method or {}).get(method) or getattr(view, "required_permission", None)
+    if not needed:
+        return False  # a view that names no permission is closed, not open
+    if isinstance(needed, str):
+        return needed in held
+    return any(codename in held for codename in needed)
