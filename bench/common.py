@@ -125,6 +125,12 @@ def timed_threads(threads: Sequence[threading.Thread]) -> float:
     return time.perf_counter() - start
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (every thread), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def write_json(path: Path, data: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")

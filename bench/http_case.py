@@ -13,9 +13,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from bench import cairn_side
-from bench.common import QUICK, ROOT, Measurement, payload, timed_threads
+from bench.common import QUICK, ROOT, Measurement, cpu_seconds, payload, timed_threads
 
 PORT = int(os.environ.get("BENCH_HTTP_PORT", "8791"))
 CLIENTS = 8
@@ -122,6 +123,33 @@ def _get(path: str, token: str | None = None, timeout: float = 60) -> int:
         conn.close()
 
 
+def _cpu_by_part(server: int) -> dict[str, float]:
+    """CPU seconds used so far by each part of an HTTP request's cost: the web server (its
+    master and workers), PostgreSQL (every process of the cluster) and the bench's clients
+    (this process). Counted rather than inferred from the rate: on a shared machine the
+    rate moves with the neighbours, the CPU a request takes much less."""
+    parts = {"web": cpu_seconds(server), "PostgreSQL": 0.0, "clients": cpu_seconds(os.getpid())}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone since the listing
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat.rsplit(")", 1)[1].split()
+        if int(rest[1]) == server:
+            parts["web"] += cpu_seconds(int(entry.name))
+        elif name == "postgres" or name.startswith("postgres:"):
+            parts["PostgreSQL"] += cpu_seconds(int(entry.name))
+    return parts
+
+
+def _cores_note(before: dict[str, float], after: dict[str, float], requests: int) -> str:
+    spent = {part: 1000 * (after[part] - before[part]) / requests for part in before}
+    each = ", ".join(f"{part} {ms:.2f}" for part, ms in spent.items())
+    return f"CPU a request: {sum(spent.values()):.2f} ms ({each})"
+
+
 def _one_and_eight(
     what: str,
     client_of: Callable[[], Callable[[int], None]],
@@ -129,9 +157,11 @@ def _one_and_eight(
     warmup: int,
     note: str,
     label: str = "",
+    server: int | None = None,
 ) -> list[Measurement]:
-    """``what`` from one keep-alive client (latency), then from CLIENTS at once (rate);
-    ``label`` ends each row's variant (the server, where it is not the deployed one)."""
+    """``what`` from one keep-alive client (latency), then from CLIENTS at once (rate, and
+    with ``server``'s pid the CPU each request took, by part); ``label`` ends each row's
+    variant (the server, where it is not the deployed one)."""
     from django.db import connection
 
     from bench.common import time_each
@@ -156,8 +186,11 @@ def _one_and_eight(
             connection.close()
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
+    before = _cpu_by_part(server) if server else {}
     elapsed = timed_threads(threads)
     flat = [x for row in latencies for x in row]
+    if server:
+        note = f"{note}; {_cores_note(before, _cpu_by_part(server), len(flat))}"
     results.append(
         Measurement(
             "http",
@@ -171,17 +204,19 @@ def _one_and_eight(
     return results
 
 
-def _commits(kind: str, tenant, token: str, rounds: int, warmup: int) -> list[Measurement]:  # noqa: ANN001
+def _commits(
+    kind: str, tenant, token: str, rounds: int, warmup: int, server: int
+) -> list[Measurement]:  # noqa: ANN001
     label = "" if kind == "asgi" else f", {kind}"
     note = f"{kind}: gunicorn, {PROCESSES} processes x {THREADS} threads" + (
         " (cairn/gunicorn.py: uvicorn's worker, cairn.asgi)" if kind == "asgi" else ""
     )
     return _one_and_eight(
-        "2KB", lambda: HttpCommitter(tenant, token, 2048), rounds, warmup, note, label
+        "2KB", lambda: HttpCommitter(tenant, token, 2048), rounds, warmup, note, label, server
     )
 
 
-def _floors(kind: str, rounds: int, warmup: int) -> list[Measurement]:
+def _floors(kind: str, rounds: int, warmup: int, server: int) -> list[Measurement]:
     """What a request costs before any commit work: nothing at all behind the same server
     (``floor``), and Cairn's cheapest answer, a 401 (Django and DRF, no statement)."""
     note = f"gunicorn with cairn/gunicorn.py, {PROCESSES} processes x {THREADS} threads"
@@ -192,6 +227,7 @@ def _floors(kind: str, rounds: int, warmup: int) -> list[Measurement]:
             rounds,
             warmup,
             note + ": bench/noop_asgi.py",
+            server=server,
         )
     return _one_and_eight(
         "401 (no token: Django and DRF, no statement),",
@@ -199,6 +235,7 @@ def _floors(kind: str, rounds: int, warmup: int) -> list[Measurement]:
         rounds,
         warmup,
         note + ", cairn.asgi",
+        server=server,
     )
 
 
@@ -294,10 +331,10 @@ def http_case(tenant) -> list[Measurement]:  # noqa: ANN001
         server = _server(kind)
         try:
             if kind != "floor":
-                results += _commits(kind, tenant, token, rounds, warmup)
+                results += _commits(kind, tenant, token, rounds, warmup, server.pid)
                 results += _while_waiting(kind, tenant, token)
             if kind != "gthread":
-                results += _floors(kind, rounds, warmup)
+                results += _floors(kind, rounds, warmup, server.pid)
         finally:
             server.terminate()
             server.wait(timeout=60)

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import QUICK, ROOT, Measurement
+from bench.common import QUICK, ROOT, Measurement, cpu_seconds
 
 SIZES = {"2KB": 2 * 1024, "50KB": 50 * 1024}
 # (label, size, in a trace): a commit joins its caller's trace and never starts one, so
@@ -241,7 +241,7 @@ def _step_rows(tenant, endpoint: str) -> list[Measurement]:  # noqa: ANN001
             run_on(system)
             run_on(system)
         time.sleep(6)  # the traced worker's warm-up spans exported
-        cpu = {system: _cpu_seconds(worker.pid) for system, worker in workers.items()}
+        cpu = {system: cpu_seconds(worker.pid) for system, worker in workers.items()}
         samples = {system: [] for system in queues}
         # Interleaved rounds: in each, the two workers' runs alternate (ABBA), and the
         # round's ratio is its traced median over its untraced one. Load on a shared
@@ -257,7 +257,7 @@ def _step_rows(tenant, endpoint: str) -> list[Measurement]:  # noqa: ANN001
                 samples[system] += values
             round_ratios.append(statistics.median(this[TRACED]) / statistics.median(this["cairn"]))
         time.sleep(6)  # its last batch exported (OTEL_BSP_SCHEDULE_DELAY, 5 s)
-        spent = {s: _cpu_seconds(w.pid) - cpu[s] for s, w in workers.items()}
+        spent = {s: cpu_seconds(w.pid) - cpu[s] for s, w in workers.items()}
     finally:
         app.conf.task_default_queue = saved_queue
         for worker in workers.values():
@@ -296,12 +296,6 @@ def _step_rows(tenant, endpoint: str) -> list[Measurement]:  # noqa: ANN001
             )
         ]
     )
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User and system CPU time of a process so far (every thread), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def tracing_case(tenant) -> list[Measurement]:  # noqa: ANN001
