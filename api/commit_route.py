@@ -36,8 +36,8 @@ from tenants.models import ApiToken
 from tenants.permissions import view_allows
 from tenants.services import Actor, token_authenticate
 
-# What a client may say it accepts for the short path to answer (DRF negotiates the rest).
-_TAKES_JSON = frozenset({"", "*/*", "application/json"})
+# The media ranges of an Accept header that take the answer's JSON (DRF negotiates the rest).
+_JSON_RANGES = frozenset({"application/json", "application/*", "*/*"})
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _FIELDS = dict(CheckpointCommitSerializer._declared_fields)
 
@@ -138,7 +138,7 @@ def _plain_body(request: HttpRequest) -> dict[str, Any] | None:
         return None
     if request.content_params.get("charset", "utf-8").lower() not in ("utf-8", "utf8"):
         return None
-    if request.META.get("HTTP_ACCEPT", "").strip() not in _TAKES_JSON:
+    if not _takes_json(request.META.get("HTTP_ACCEPT", "")):
         return None
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or "")
@@ -151,6 +151,16 @@ def _plain_body(request: HttpRequest) -> dict[str, Any] | None:
     except APIException:
         return None
     return commit_body(value)
+
+
+def _takes_json(accept: str) -> bool:
+    """Whether a client with this Accept header takes JSON: no header, or a range that
+    includes it. A header with parameters (quality values) is left to DRF's negotiation."""
+    if not accept.strip():
+        return True
+    if ";" in accept:
+        return False
+    return any(media.strip() in _JSON_RANGES for media in accept.split(","))
 
 
 def _json(view: Any, status: int, body: dict, headers: dict[str, str]) -> HttpResponse:

@@ -55,8 +55,10 @@ def _answer(response) -> tuple:  # noqa: ANN001
     return response.status_code, json.loads(response.content), headers
 
 
-def test_a_plain_commit_runs_none_of_drfs_request_machinery(client, runner, monkeypatch):
+@pytest.mark.parametrize("accept", [None, "application/json", "application/json, text/plain, */*"])
+def test_a_plain_commit_runs_none_of_drfs_request_machinery(client, runner, monkeypatch, accept):
     run, secret = runner
+    extra = {} if accept is None else {"HTTP_ACCEPT": accept}
     entered = []
     original = APIView.initial
 
@@ -66,7 +68,7 @@ def test_a_plain_commit_runs_none_of_drfs_request_machinery(client, runner, monk
 
     monkeypatch.setattr(APIView, "initial", initial)
     body = {"expected_version": run.version, "state": "draft_answer", "step": "d"}
-    response = _post(client, run.pk, {**body, "envelope": ENVELOPE_GROUPS}, secret)
+    response = _post(client, run.pk, {**body, "envelope": ENVELOPE_GROUPS}, secret, **extra)
     assert response.status_code == 201, response.content
     assert entered == []
     assert json.loads(response.content)["run_version"] == run.version + 1
@@ -133,7 +135,14 @@ def test_every_refusal_is_drfs_own_answer(client, runner, monkeypatch, refusal):
 
 @pytest.mark.parametrize(
     "request_kind",
-    ["no token", "an unknown token", "a reviewer's token", "another tenant's run", "form data"],
+    [
+        "no token",
+        "an unknown token",
+        "a reviewer's token",
+        "another tenant's run",
+        "form data",
+        "a client that takes only HTML",
+    ],
 )
 def test_every_refusal_before_the_commit_is_drfs_own_answer(
     client, runner, monkeypatch, request_kind, acme, globex, carol, charlie
@@ -149,8 +158,10 @@ def test_every_refusal_before_the_commit_is_drfs_own_answer(
         _, secret = token_issue(tenant=acme, user=carol, actor=Actor.system("t"))
     elif request_kind == "another tenant's run":
         _, secret = token_issue(tenant=globex, user=charlie, actor=Actor.system("t"))
-    else:
+    elif request_kind == "form data":
         extra = {"content_type": "application/x-www-form-urlencoded"}
+    else:
+        extra = {"HTTP_ACCEPT": "text/html"}
     short = _answer(_post(client, run.pk, body, secret, **extra))
     with monkeypatch.context() as patched:
         _through_drf(patched)
