@@ -35,6 +35,13 @@ def test_a_worker_raised_request_is_emailed_to_its_reviewer_once(
     message = smtp_server.to("carol@example.org")[0]
     assert f"{PUBLIC_URL}/approvals/{request.pk}/" in message.get_payload(decode=True).decode()
     assert smtp_server.to("bob@example.org") == []  # he started the run: four eyes
-    row = ApprovalNotification.objects.get(request=request, user=carol)
-    assert row.sent_at is not None and row.channel == "email"
+    # The worker marks the row sent after the SMTP server has the message (send, then
+    # record: a crash between them sends again, never loses it), so the mark is waited for.
+    row = wait_for(
+        lambda: ApprovalNotification.objects.filter(
+            request=request, user=carol, sent_at__isnull=False
+        ).first(),
+        what="carol's notification marked sent",
+    )
+    assert row.channel == "email"
     assert len(smtp_server.messages) == 1
