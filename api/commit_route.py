@@ -29,7 +29,7 @@ from rest_framework.fields import empty
 
 from api.errors import refusal
 from api.parsers import json_body
-from api.serializers import CheckpointCommitSerializer
+from api.serializers import CheckpointCommitSerializer, CommitResultSerializer
 from checkpoints.services.checkpoints import checkpoint_commit_by_runner
 from tenants.authentication import bearer_secret
 from tenants.models import ApiToken
@@ -40,11 +40,16 @@ from tenants.services import Actor, token_authenticate
 _JSON_RANGES = frozenset({"application/json", "application/*", "*/*"})
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _FIELDS = dict(CheckpointCommitSerializer._declared_fields)
+_ANSWER_FIELDS = tuple(CommitResultSerializer._declared_fields)
 
 
 def commit_answer(view: Any, request: HttpRequest, *, run_id: UUID) -> HttpResponse | None:
     """The commit's answer when ``request`` is the plain case, else None (DRF's view
     answers). Raises what the commit raises that is not a refusal, as DRF's view does."""
+    # The request's shape first (no statement), so a request DRF will answer anyway does
+    # not pay for the token's statement twice.
+    if not _plain_request(request):
+        return None
     token = _permitted_token(view, request)
     if token is None:
         return None
@@ -65,12 +70,8 @@ def commit_answer(view: Any, request: HttpRequest, *, run_id: UUID) -> HttpRespo
             raise
         status, answer, headers = refused
         return _json(view, status, answer, headers)
-    answer = {
-        "sequence": result.sequence,
-        "sha256": result.sha256,
-        "parent_sha256": result.parent_sha256,
-        "run_version": result.run_version,
-    }
+    # The answer's fields are the documented ones (the schema's serializer), read from it.
+    answer = {name: getattr(result, name) for name in _ANSWER_FIELDS}
     return _json(view, 201, answer, {})
 
 
@@ -133,19 +134,22 @@ def _permitted_token(view: Any, request: HttpRequest) -> ApiToken | None:
     return token
 
 
-def _plain_body(request: HttpRequest) -> dict[str, Any] | None:
+def _plain_request(request: HttpRequest) -> bool:
+    """JSON in, of a declared length within the limit, no query, a client that takes JSON."""
     if request.META.get("QUERY_STRING") or request.content_type != "application/json":
-        return None
+        return False
     if request.content_params.get("charset", "utf-8").lower() not in ("utf-8", "utf8"):
-        return None
+        return False
     if not _takes_json(request.META.get("HTTP_ACCEPT", "")):
-        return None
+        return False
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or "")
     except ValueError:
-        return None
-    if not 0 < declared <= settings.CAIRN_MAX_REQUEST_BYTES:
-        return None
+        return False
+    return 0 < declared <= settings.CAIRN_MAX_REQUEST_BYTES
+
+
+def _plain_body(request: HttpRequest) -> dict[str, Any] | None:
     try:
         value = json_body(request.body)  # kept on the request: DRF's view can read it again
     except APIException:
