@@ -3,7 +3,9 @@ server, gunicorn with ``cairn/gunicorn.py``, whose worker serves this on uvicorn
 
 Every request runs Django's WSGI application (``cairn.wsgi``) on a fixed pool of threads
 (``threads`` in ``cairn/gunicorn.py``, per process); each thread keeps its database
-connection between requests, as gthread's threads did.
+connection between requests, as gthread's threads did. A request with a small body (or
+none) is handed to the pool once, its body read first (``cairn.wsgi_bridge``); a larger or
+chunked one goes through a2wsgi, which the thread reads it from as Django asks.
 
 A long-poll, ``GET /api/v1/runs/{id}/next?wait=N``, holds a thread only while its view
 looks. When the answer is not due, the view hands the wait over
@@ -25,11 +27,11 @@ from a2wsgi import WSGIMiddleware
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cairn.settings")
 
-from django.core.exceptions import BadRequest  # noqa: E402
 from django.db import close_old_connections  # noqa: E402
 from django.urls import Resolver404, resolve  # noqa: E402
 
 from cairn.wsgi import application as wsgi_application  # noqa: E402 (sets Django up)
+from cairn.wsgi_bridge import ClientDisconnected, buffered_length, served_buffered  # noqa: E402
 from checkpoints.services.changes import LoopWake, run_change_subscribed  # noqa: E402
 from runtime.services.runner import RunWait, WaitHandoff, run_wait_look  # noqa: E402
 
@@ -84,12 +86,6 @@ def _terminated(wsgi: Any) -> Any:
     return application
 
 
-class ClientDisconnected(BadRequest):
-    """The client went away before its request body ended: a 400 (Django's BadRequest, not
-    an OSError, which Django would turn into an UnreadablePostError and a 500), answered to
-    nobody."""
-
-
 def _whole_bodies(receive: Any) -> Any:
     """``receive``, but a client gone before its body ended raises ClientDisconnected in
     the reader: a2wsgi would hand the application b"" (the body's end), and a truncated
@@ -125,14 +121,20 @@ class Application:
             self._served = WSGIMiddleware(_terminated(self.wsgi), workers=self.threads)
         return self._served
 
+    async def _serve(self, scope: dict, receive: Any, send: Any) -> None:
+        """One request to Django, on the pool: in one hand-over when its body is small."""
+        if buffered_length(scope) is not None:
+            await served_buffered(self.wsgi, self.served.executor, scope, receive, send)
+        else:
+            await self.served(scope, _whole_bodies(receive), send)
+
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.served(scope, receive, send)
             return
-        receive = _whole_bodies(receive)
         run_id = _waited_run(scope)
         if run_id is None:
-            await self.served(scope, receive, send)
+            await self._serve(scope, receive, send)
             return
         wake = LoopWake(asyncio.get_running_loop())
         handoff = WaitHandoff()
@@ -157,7 +159,7 @@ class Application:
         async def keep(message: Message) -> None:
             messages.append(message)
 
-        await self.served(scope, receive, keep)
+        await self._serve(scope, receive, keep)
         return messages
 
     async def _sleep(self, wait: RunWait, wake: LoopWake, receive: Any) -> bool:
