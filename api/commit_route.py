@@ -4,14 +4,16 @@ DRF's request, negotiation, authentication, permission, serializer and rendering
 than the commit's own Python (docs/performance.md, "The HTTP commit, by layer").
 
 The short path answers only the plain case: a bearer token whose member holds the view's
-permission, a JSON body of declared length within the limits, which the commit serializer
-would accept as it stands, and a client that takes JSON. Anything else returns None and
-DRF's view answers it, with its own refusal: the documented contract stays DRF's by
-construction. The rules the short path applies are the same functions DRF's path calls
-(``bearer_secret``, ``token_authenticate``, ``view_allows``, ``json_body``), and the body's
-are read from the serializer's own fields; ``tests/test_commit_route.py`` holds that what
-it accepts, the serializer accepts as the same values. A refusal from the commit itself is
-rendered by ``api.errors.refusal``, as DRF's exception handler renders it.
+permission, on a run of its tenant, a JSON body of declared length within the limits,
+which the commit serializer would accept as it stands, and a client that takes JSON.
+Anything else returns None and DRF's view answers it, with its own refusal: the documented
+contract stays DRF's by construction. The rules the short path applies are the same
+functions DRF's path calls (``bearer_secret``, ``token_authenticate``'s ``token_digest``
+and ``token_accept``, ``view_allows``, ``json_body``), and the body's are read from the
+serializer's own fields; ``tests/test_commit_route.py`` holds that what it accepts, the
+serializer accepts as the same values. The token and the run's head are read in one
+statement (``runner_read``), the head only in the token's own tenant. A refusal from the
+commit itself is rendered by ``api.errors.refusal``, as DRF's exception handler renders it.
 """
 
 from __future__ import annotations
@@ -30,11 +32,10 @@ from rest_framework.fields import empty
 from api.errors import refusal
 from api.parsers import json_body
 from api.serializers import CheckpointCommitSerializer, CommitResultSerializer
-from checkpoints.services.checkpoints import checkpoint_commit_by_runner
+from checkpoints.services.checkpoints import RunnerRead, checkpoint_commit_by_runner, runner_read
 from tenants.authentication import bearer_secret
-from tenants.models import ApiToken
 from tenants.permissions import view_allows
-from tenants.services import Actor, token_authenticate
+from tenants.services import Actor
 
 # The media ranges of an Accept header that take the answer's JSON (DRF negotiates the rest).
 _JSON_RANGES = frozenset({"application/json", "application/*", "*/*"})
@@ -50,19 +51,20 @@ def commit_answer(view: Any, request: HttpRequest, *, run_id: UUID) -> HttpRespo
     # not pay for the token's statement twice.
     if not _plain_request(request):
         return None
-    token = _permitted_token(view, request)
-    if token is None:
-        return None
+    read = _permitted_read(view, request, run_id)
+    if read is None or read.head is None:
+        return None  # DRF's view refuses it (401, 403, 404), in its own words
     body = _plain_body(request)
     if body is None:
         return None
+    token = read.token
     # What DRF's authentication leaves on the request, for whatever reads it afterwards.
     request.user, request.cairn_tenant = token.user, token.tenant
     request.cairn_permissions = token.permissions
     actor = Actor(user=token.user, ip=request.META.get("REMOTE_ADDR"), token_id=token.pk)
     try:
         result = checkpoint_commit_by_runner(
-            tenant=token.tenant, run_id=run_id, actor=actor, **body
+            tenant=token.tenant, run_id=run_id, actor=actor, head=read.head, **body
         )
     except Exception as exc:
         refused = refusal(exc)
@@ -120,7 +122,9 @@ def _plain(field: serializers.Field, item: object) -> bool:
     return False  # a field of a kind this path does not know: DRF decides
 
 
-def _permitted_token(view: Any, request: HttpRequest) -> ApiToken | None:
+def _permitted_read(view: Any, request: HttpRequest, run_id: UUID) -> RunnerRead | None:
+    """The bearer token, when its member holds the view's permission, with the run's head
+    in its tenant: one statement (``runner_read``)."""
     header = request.META.get("HTTP_AUTHORIZATION", "")
     try:
         secret = bearer_secret(header.encode("iso-8859-1"))
@@ -128,10 +132,10 @@ def _permitted_token(view: Any, request: HttpRequest) -> ApiToken | None:
         return None
     if secret is None:
         return None
-    token = token_authenticate(secret)
-    if token is None or not view_allows(view, request.method, token.permissions):
+    read = runner_read(secret=secret, run_id=run_id)
+    if read is None or not view_allows(view, request.method, read.token.permissions):
         return None
-    return token
+    return read
 
 
 def _plain_request(request: HttpRequest) -> bool:

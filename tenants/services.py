@@ -235,9 +235,23 @@ def token_authenticate(secret: str) -> ApiToken | None:
     permissions, found in the token's own query, are kept on the token
     (``token.permissions``) for the request.
     """
+    digest = token_digest(secret)
+    return None if digest is None else token_accept(token_row(digest))
+
+
+def token_digest(secret: str) -> str | None:
+    """The digest a token with this secret is stored under; None for a secret no token of
+    Cairn's can have (then nothing is looked up)."""
     if not secret.startswith(TOKEN_PREFIX) or len(secret) > 200:
         return None
-    found = token_row(_digest(secret))
+    return _digest(secret)
+
+
+def token_accept(found: tuple[ApiToken, frozenset[str]] | None) -> ApiToken | None:
+    """The token that a row found by its digest authenticates (``token_row``'s, or a
+    statement that reads it with more, ``commit_sql.token_head_read``): None when there is
+    none or its member holds no permission in its tenant. Its use is recorded, at most once
+    a minute."""
     if found is None:
         return None
     # Found by the same statement, by the same rule as ``permissions_of``.

@@ -15,7 +15,7 @@ run grant there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
@@ -26,7 +26,7 @@ from django.db.models import Model
 
 from tenants import roles
 from tenants.models import ApiToken, RunGrant, Tenant, TenantUserObjectPermission
-from tenants.prepared import prepared_fetchone
+from tenants.prepared import model_columns, model_from_row, prepared_fetchone
 
 # The permissions the rule knows, in the order of the statements' columns.
 CODENAMES = (roles.REVIEW, roles.OPERATE, roles.ADMIN, roles.REVIEW_RUN)
@@ -55,21 +55,42 @@ def held_set(flags: tuple[Any, ...]) -> frozenset[str]:
     return frozenset(codename for codename, on in zip(CODENAMES, flags, strict=True) if on)
 
 
-def _columns(model: type[Model], alias: str) -> str:
-    return ", ".join(f"{alias}.{field.column}" for field in model._meta.concrete_fields)
+_TOKEN_MODELS = (ApiToken, Tenant)
+
+
+def _models() -> tuple[type[Model], ...]:
+    return (*_TOKEN_MODELS, get_user_model())
+
+
+@cache
+def token_columns() -> str:
+    """The token's select list: the token's, its tenant's and its member's columns, then
+    the member's permissions there (``_held``), in the order ``token_from_row`` reads."""
+    aliases = ("t", "n", "u")
+    columns = ", ".join(model_columns(m, a) for m, a in zip(_models(), aliases, strict=True))
+    return f"{columns}, {_held('t.user_id', 't.tenant_id')}"
+
+
+@cache
+def token_tables() -> str:
+    """The token's tables, joined for ``token_columns``."""
+    user = get_user_model()
+    return (
+        f"{ApiToken._meta.db_table} t"
+        f" JOIN {Tenant._meta.db_table} n ON n.id = t.tenant_id"
+        f" JOIN {user._meta.db_table} u ON u.id = t.user_id"
+    )
+
+
+def token_live(key: str) -> str:
+    """The condition for the live token whose digest is the parameter ``key`` (SQL): not
+    revoked, its member active."""
+    return f"t.key_sha256 = {key} AND t.revoked_at IS NULL AND u.is_active"
 
 
 @cache
 def _token_sql() -> str:
-    user = get_user_model()
-    return (
-        f"SELECT {_columns(ApiToken, 't')}, {_columns(Tenant, 'n')}, {_columns(user, 'u')},"
-        f" {_held('t.user_id', 't.tenant_id')}"
-        f" FROM {ApiToken._meta.db_table} t"
-        f" JOIN {Tenant._meta.db_table} n ON n.id = t.tenant_id"
-        f" JOIN {user._meta.db_table} u ON u.id = t.user_id"
-        " WHERE t.key_sha256 = %s AND t.revoked_at IS NULL AND u.is_active"
-    )
+    return f"SELECT {token_columns()} FROM {token_tables()} WHERE {token_live('%s')}"
 
 
 @cache
@@ -78,28 +99,20 @@ def _held_sql() -> str:
 
 
 @cache
-def _converters(vendor: str, model: type[Model]) -> tuple[tuple[Any, list[Callable]], ...]:
-    """Per concrete field, its column and the converters the ORM applies to what this
-    database returns for it."""
-    result = []
-    for field in model._meta.concrete_fields:
-        column = field.get_col(model._meta.db_table)
-        converters = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
-        result.append((column, converters))
-    return tuple(result)
+def token_width() -> int:
+    """How many columns of a row ``token_columns`` selects."""
+    return sum(len(m._meta.concrete_fields) for m in _models()) + len(CODENAMES)
 
 
-def _instance(model: type[Model], values: tuple[Any, ...]) -> Model:
-    converted = []
-    for value, (column, converters) in zip(
-        values, _converters(connection.vendor, model), strict=True
-    ):
-        for converter in converters:
-            value = converter(value, column, connection)
-        converted.append(value)
-    return model.from_db(
-        connection.alias, [f.attname for f in model._meta.concrete_fields], converted
-    )
+def token_from_row(row: Sequence[Any]) -> tuple[ApiToken, frozenset[str]]:
+    """The token, its tenant and member loaded, and the member's permissions, from the
+    first ``token_width()`` columns of a row that selected ``token_columns()``."""
+    user = get_user_model()
+    sizes = [len(m._meta.concrete_fields) for m in (ApiToken, Tenant, user)]
+    token = model_from_row(ApiToken, row[: sizes[0]])
+    token.tenant = model_from_row(Tenant, row[sizes[0] : sizes[0] + sizes[1]])
+    token.user = model_from_row(user, row[sizes[0] + sizes[1] : sum(sizes)])
+    return token, held_set(row[sum(sizes) : token_width()])
 
 
 def token_row(key_sha256: str) -> tuple[ApiToken, frozenset[str]] | None:
@@ -111,14 +124,7 @@ def token_row(key_sha256: str) -> tuple[ApiToken, frozenset[str]] | None:
         with connection.cursor() as cursor:
             cursor.execute(_token_sql(), [key_sha256])
             row = cursor.fetchone()
-    if row is None:
-        return None
-    user = get_user_model()
-    sizes = [len(m._meta.concrete_fields) for m in (ApiToken, Tenant, user)]
-    token = _instance(ApiToken, row[: sizes[0]])
-    token.tenant = _instance(Tenant, row[sizes[0] : sizes[0] + sizes[1]])
-    token.user = _instance(user, row[sizes[0] + sizes[1] : sum(sizes)])
-    return token, held_set(row[sum(sizes) :])
+    return None if row is None else token_from_row(row)
 
 
 def held_by(*, user_id: object, tenant_id: object) -> frozenset[str]:

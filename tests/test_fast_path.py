@@ -627,7 +627,7 @@ def test_a_run_starts_in_a_pinned_number_of_statements(acme, noop_six, settings)
 # Statements of one HTTP commit (POST /runs/{id}/checkpoints) with a bearer token: the
 # token with its member, tenant and permissions (one query, kept for the permission check),
 # the head (with its integrity check) and the commit. Old main: 7 and 11; then 4 and 8.
-HTTP_COMMIT_STATEMENTS = {"postgresql": 3, "sqlite": 7}
+HTTP_COMMIT_STATEMENTS = {"postgresql": 2, "sqlite": 6}
 
 
 @pytest.mark.django_db(transaction=True)

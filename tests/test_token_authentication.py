@@ -109,3 +109,81 @@ def test_on_postgresql_the_token_statement_is_prepared_once_per_connection(acme,
         )
         prepared = cursor.fetchall()
     assert len(prepared) == 1, prepared
+
+
+@pytest.mark.django_db
+def test_a_runners_token_and_head_are_one_statement_and_the_head_only_its_tenants(
+    acme, globex, bob, workflow
+):
+    """``runner_read`` finds exactly the token ``token_authenticate`` finds, in every state a
+    token can be in, and the head ``head_read`` reads, only of a run in the token's own
+    tenant: another tenant's run, or none, is no head."""
+    from uuid import uuid4
+
+    from checkpoints.services import commit_sql
+    from checkpoints.services.checkpoints import runner_read
+    from checkpoints.services.workflows import workflow_register
+    from runtime.services.runs import run_create
+    from tenants.services import member_set_role, token_revoke
+    from tests.factories import SIMPLE_DEFINITION
+
+    system = Actor.system("test")
+    workflow_register(
+        tenant=globex, workflow_type="research", version="1", definition=SIMPLE_DEFINITION
+    )
+    runs = {
+        tenant.slug: run_create(
+            tenant=tenant, workflow_type="research", execution="external", actor=system
+        )
+        for tenant in (acme, globex)
+    }
+    dana = UserFactory(username="dana")
+    member_set_role(tenant=acme, user=dana, role="reviewer", actor=system)
+    live, live_secret = token_issue(tenant=acme, user=bob, actor=system)
+    revoked, revoked_secret = token_issue(tenant=acme, user=bob, actor=system)
+    token_revoke(token=revoked, actor=system)
+    _, inactive_secret = token_issue(tenant=acme, user=dana, actor=system)
+    dana.is_active = False
+    dana.save(update_fields=["is_active"])
+    erin = UserFactory(username="erin")
+    member_set_role(tenant=acme, user=erin, role="reviewer", actor=system)
+    _, roleless_secret = token_issue(tenant=acme, user=erin, actor=system)
+    remove_perm(f"tenants.{roles.REVIEW}", erin, acme)
+    _, outsider_secret = token_issue(
+        tenant=globex,
+        user=_member_of(globex, "frank"),
+        actor=system,
+    )
+    secrets = {
+        "live": live_secret,
+        "revoked": revoked_secret,
+        "inactive member": inactive_secret,
+        "member without a role": roleless_secret,
+        "another tenant's": outsider_secret,
+        "unknown": "cairn_" + "x" * 40,
+        "not Cairn's": "ghp_" + "x" * 36,
+    }
+    for what, secret in secrets.items():
+        expected = token_authenticate(secret)
+        for run_id in (runs["acme"].pk, runs["globex"].pk, uuid4()):
+            with CaptureQueriesContext(connection) as queries:
+                read = runner_read(secret=secret, run_id=run_id)
+            assert len(queries) <= 1, (what, [q["sql"] for q in queries.captured_queries])
+            if expected is None:
+                assert read is None, what
+                continue
+            assert read is not None, what
+            assert (read.token.pk, read.token.permissions) == (expected.pk, expected.permissions)
+            assert (read.token.tenant, read.token.user) == (expected.tenant, expected.user)
+            head = commit_sql.head_read(tenant_id=expected.tenant_id, run_id=run_id)
+            assert read.head == head, (what, run_id)
+            ours = run_id == runs[expected.tenant.slug].pk
+            assert (head is not None) == ours, (what, run_id)
+
+
+def _member_of(tenant, username: str):  # noqa: ANN001, ANN202
+    from tenants.services import member_set_role
+
+    user = UserFactory(username=username)
+    member_set_role(tenant=tenant, user=user, role="operator", actor=Actor.system("test"))
+    return user

@@ -58,8 +58,8 @@ from checkpoints.services.references import artifact_ids_of, references_record
 from checkpoints.services.workflows import transition_allowed
 from telemetry.latency import commit_latency_record
 from telemetry.tracing import commit_traced
-from tenants.models import Tenant
-from tenants.services import Actor
+from tenants.models import ApiToken, Tenant
+from tenants.services import Actor, token_accept, token_digest
 
 log = logging.getLogger("cairn.checkpoints")
 
@@ -399,14 +399,12 @@ def checkpoint_commit(
     """
     request = _request_checked(request)
     started = time.monotonic()
-    known = head if head is not None and str(head.id) == str(run_id) else None
-    if known is not None and known.tenant_id != tenant.id:
-        known = None
+    known = _head_of(head, tenant, run_id)
     # A head the caller kept may be stale; every refusal decided on it is decided again on
     # the run as it is now, so a stale writer gets the answer a fresh read would give.
     for attempt in range(3):
         fresh = known is None
-        current = known or _head_read(tenant, run_id)
+        current = known or _head_checked(commit_sql.head_read(tenant_id=tenant.id, run_id=run_id))
         # Whether another writer's lease has expired is the statement's to decide, on the
         # database's clock; deciding early here uses this process's estimate of that clock,
         # and after a refusal the database's own time, so a writer whose clock is off gets
@@ -500,15 +498,18 @@ def checkpoint_commit_by_runner(
     status_reason: str = "",
     lease_owner: str | None = None,
     code_version: str = "",
+    head: RunHead | None = None,
 ) -> CommitResult:
     """A runner's commit over HTTP (``POST /runs/{id}/checkpoints``): ``checkpoint_commit``,
-    on the head it reads (one statement, which the commit then uses). A run Cairn's workers
+    on the head it reads (one statement, which the commit then uses), or on ``head`` when
+    the caller read it with the runner's token (``runner_read``). A run Cairn's workers
     execute (``execution: worker``) takes checkpoints only from the holder of its lease,
     named as ``lease_owner``: anyone else is refused with LeaseHeld, so an API caller
     cannot write a worker run's history behind its worker's back. Raises what
     ``checkpoint_commit`` raises (IntegrityFailure for a tampered head, as for every
     writer); a refusal writes nothing."""
-    run = _head_read(tenant, run_id)
+    known = _head_of(head, tenant, run_id)
+    run = _head_checked(known or commit_sql.head_read(tenant_id=tenant.id, run_id=run_id))
     held = run.lease_held(clock.now())
     if run.execution == Execution.WORKER and not (
         lease_owner and run.lease_owner == lease_owner and held
@@ -558,10 +559,18 @@ def _commit_consuming(plan: CommitPlan, head: RunHead, actor: Actor) -> commit_s
         return None
 
 
-def _head_read(tenant: Tenant, run_id: UUID | str) -> RunHead:
-    """The run's head, one statement. Raises NotFound, or IntegrityFailure when the run's row
-    and its head checkpoint's row disagree: no checkpoint follows a tampered head."""
-    head = commit_sql.head_read(tenant_id=tenant.id, run_id=run_id)
+def _head_of(head: RunHead | None, tenant: Tenant, run_id: UUID | str) -> RunHead | None:
+    """``head`` when it is this tenant's run ``run_id``; None for anything else (the run is
+    read): a head from elsewhere never decides a commit."""
+    if head is None or head.tenant_id != tenant.id or str(head.id) != str(run_id):
+        return None
+    return head
+
+
+def _head_checked(head: RunHead | None) -> RunHead:
+    """The run's head as read. Raises NotFound when there is none, or IntegrityFailure when
+    the run's row and its head checkpoint's row disagree: no checkpoint follows a tampered
+    head."""
     if head is None:
         raise NotFound("No such run.")
     if head.integrity_problem:
@@ -570,6 +579,25 @@ def _head_read(tenant: Tenant, run_id: UUID | str) -> RunHead:
             "Nothing was written."
         )
     return head
+
+
+@dataclass(frozen=True)
+class RunnerRead:
+    """A runner's token, authenticated, and the head of the run its request names in the
+    token's tenant (None when that tenant has no such run)."""
+
+    token: ApiToken
+    head: RunHead | None
+
+
+def runner_read(*, secret: str, run_id: UUID) -> RunnerRead | None:
+    """The token ``secret`` authenticates (``token_authenticate``'s rule: ``token_digest``
+    and ``token_accept``) and, in the same statement, the head of ``run_id`` in that
+    token's own tenant. None when the secret authenticates no token."""
+    digest = token_digest(secret)
+    found = None if digest is None else commit_sql.token_head_read(key_sha256=digest, run_id=run_id)
+    token = token_accept(None if found is None else found[0])
+    return None if token is None else RunnerRead(token=token, head=found[1])
 
 
 def _commit_plan(

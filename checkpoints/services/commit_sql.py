@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cache
 from typing import Any
 from uuid import UUID
 
@@ -50,6 +51,7 @@ from django.db import connection, transaction
 
 from checkpoints.models import Checkpoint, OutboxMessage, Run, WorkflowDefinition
 from checkpoints.services.changes import CHANNEL
+from tenants.models import ApiToken
 from tenants.prepared import (
     POSTGRES,
     SQLITE,
@@ -58,6 +60,7 @@ from tenants.prepared import (
     prepared_fetchone,
     statement_fetchone,
 )
+from tenants.token_sql import token_columns, token_from_row, token_live, token_tables, token_width
 
 RUN = Run._meta.db_table
 CHECKPOINT = Checkpoint._meta.db_table
@@ -200,16 +203,37 @@ def _loads(value: Any) -> Any:
 # What a commit reads of its run (RunHead's fields, in order), then the run's step and its
 # head checkpoint's row (id, sha256, sequence, state, step) for the integrity check; each
 # database names its own placeholders for the run and the tenant.
-_HEAD_SELECT = f"""
-SELECT r.id, r.tenant_id, r.workflow_id, r.workflow_type, r.workflow_version, w.definition,
+_HEAD_COLUMNS = """
+       r.id, r.tenant_id, r.workflow_id, r.workflow_type, r.workflow_version, w.definition,
        r.execution, r.version, r.status, r.state, r.checkpoint_sequence,
        r.latest_checkpoint_id, r.latest_checkpoint_sha256, r.lease_owner, r.lease_expires_at,
        r.budget_used, r.budget_limits,
-       r.step, c.id, c.sha256, c.sequence, c.state, c.step
-  FROM {RUN} r JOIN {WORKFLOW} w ON w.id = r.workflow_id
-  LEFT JOIN {CHECKPOINT} c ON c.id = r.latest_checkpoint_id AND c.run_id = r.id
+       r.step, c.id, c.sha256, c.sequence, c.state, c.step"""
+# The run's workflow and its head checkpoint, for ``_HEAD_COLUMNS`` (``{run}`` matches the
+# run: a LEFT JOIN's condition, or a WHERE).
+_HEAD_JOINS = f"""
+  JOIN {WORKFLOW} w ON w.id = r.workflow_id
+  LEFT JOIN {CHECKPOINT} c ON c.id = r.latest_checkpoint_id AND c.run_id = r.id"""
+_HEAD_SELECT = f"""
+SELECT {_HEAD_COLUMNS}
+  FROM {RUN} r {_HEAD_JOINS}
  WHERE r.id = {{run_id}} AND r.tenant_id = {{tenant_id}}
 """
+
+
+@cache
+def _token_head(d: Dialect) -> str:
+    """The token's statement (``tenants.token_sql``) with, in the same row, the head of the
+    run ``run_id`` when the token's own tenant has it (NULLs when not): the tenant is the
+    token's, by the join, never a parameter."""
+    return f"""
+SELECT {token_columns()}, {_HEAD_COLUMNS}
+  FROM {token_tables()}
+  LEFT JOIN ({RUN} r {_HEAD_JOINS})
+    ON r.id = {d.p("run_id", "uuid")} AND r.tenant_id = t.tenant_id
+ WHERE {token_live("%(key_sha256)s")}
+"""
+
 
 # The integrity check every commit makes in its own statement, on the run's row as it is
 # when written (``{run}`` names the run table in the UPDATE): the row links to the chain
@@ -465,8 +489,28 @@ def head_read(*, tenant_id: object, run_id: UUID | str) -> RunHead | None:
     row = statement_fetchone(
         _PG_HEAD, _SQLITE_HEAD, {"run_id": run_uuid, "tenant_id": _uuid(tenant_id)}
     )
+    return None if row is None else _head_from_row(row)
+
+
+def token_head_read(
+    *, key_sha256: str, run_id: UUID
+) -> tuple[tuple[ApiToken, frozenset[str]], RunHead | None] | None:
+    """The live token with this digest, as ``tenants.token_sql.token_row`` finds it, and in
+    the same statement the head of ``run_id`` as ``head_read`` reads it for the token's own
+    tenant (None when that tenant has no such run). None when there is no such token.
+    One statement: a runner's commit reads its token and its head in one round trip."""
+    row = statement_fetchone(
+        _token_head(POSTGRES),
+        _token_head(SQLITE),
+        {"key_sha256": key_sha256, "run_id": run_id},
+    )
     if row is None:
         return None
+    head = row[token_width() :]
+    return token_from_row(row), None if head[0] is None else _head_from_row(head)
+
+
+def _head_from_row(row: tuple) -> RunHead:
     return RunHead(
         id=_uuid(row[0]),
         tenant_id=_uuid(row[1]),
