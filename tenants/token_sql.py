@@ -55,11 +55,9 @@ def held_set(flags: tuple[Any, ...]) -> frozenset[str]:
     return frozenset(codename for codename, on in zip(CODENAMES, flags, strict=True) if on)
 
 
-_TOKEN_MODELS = (ApiToken, Tenant)
-
-
-def _models() -> tuple[type[Model], ...]:
-    return (*_TOKEN_MODELS, get_user_model())
+def _models() -> tuple[type[Model], type[Model], type[Model]]:
+    """The token's, its tenant's and its member's models, in the statement's order."""
+    return ApiToken, Tenant, get_user_model()
 
 
 @cache
@@ -107,12 +105,13 @@ def token_width() -> int:
 def token_from_row(row: Sequence[Any]) -> tuple[ApiToken, frozenset[str]]:
     """The token, its tenant and member loaded, and the member's permissions, from the
     first ``token_width()`` columns of a row that selected ``token_columns()``."""
-    user = get_user_model()
-    sizes = [len(m._meta.concrete_fields) for m in (ApiToken, Tenant, user)]
-    token = model_from_row(ApiToken, row[: sizes[0]])
-    token.tenant = model_from_row(Tenant, row[sizes[0] : sizes[0] + sizes[1]])
-    token.user = model_from_row(user, row[sizes[0] + sizes[1] : sum(sizes)])
-    return token, held_set(row[sum(sizes) : token_width()])
+    instances, start = [], 0
+    for model in _models():
+        end = start + len(model._meta.concrete_fields)
+        instances.append(model_from_row(model, row[start:end]))
+        start = end
+    token, token.tenant, token.user = instances
+    return token, held_set(row[start : token_width()])
 
 
 def token_row(key_sha256: str) -> tuple[ApiToken, frozenset[str]] | None:
