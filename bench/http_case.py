@@ -33,7 +33,11 @@ SERVERS = {
     "gthread": ["cairn.wsgi:application", "-k", "gthread"],
     # The floor: the same server and worker around an application that does nothing.
     "floor": ["-c", "python:cairn.gunicorn", "bench.noop_asgi:application"],
+    # The hand-over to the thread pool alone: a WSGI application that does nothing, served
+    # by cairn.asgi as Django is.
+    "hop": ["-c", "python:cairn.gunicorn", "bench.noop_wsgi:application"],
 }
+FLOORS = ("floor", "hop")
 
 
 def _server(kind: str) -> subprocess.Popen:
@@ -229,6 +233,15 @@ def _floors(kind: str, rounds: int, warmup: int, server: int) -> list[Measuremen
             note + ": bench/noop_asgi.py",
             server=server,
         )
+    if kind == "hop":
+        return _one_and_eight(
+            "empty request (a WSGI app that does nothing, on cairn.asgi's thread pool),",
+            lambda: Requester("POST", "/", 204),
+            rounds,
+            warmup,
+            note + ": bench/noop_wsgi.py",
+            server=server,
+        )
     return _one_and_eight(
         "401 (no token: Django and DRF, no statement),",
         lambda: Requester("GET", "/api/v1/runs", 401),
@@ -330,7 +343,7 @@ def http_case(tenant) -> list[Measurement]:  # noqa: ANN001
     for kind in SERVERS:
         server = _server(kind)
         try:
-            if kind != "floor":
+            if kind not in FLOORS:
                 results += _commits(kind, tenant, token, rounds, warmup, server.pid)
                 results += _while_waiting(kind, tenant, token)
             if kind != "gthread":
