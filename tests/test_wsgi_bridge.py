@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +26,7 @@ from hypothesis import strategies as st
 import cairn.asgi
 from cairn import wsgi_bridge
 from cairn.asgi import Application
+from tests.web_server import web_server  # noqa: F401
 
 Message = dict[str, Any]
 
@@ -208,3 +212,29 @@ def test_a_body_at_the_edges_arrives_whole(size):
     seen = Seen()
     serve(Application(seen), scope_of("POST", body, []), [body])
     assert seen.body == body
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_client_slow_to_send_its_small_body_holds_no_thread(web_server):  # noqa: F811
+    # One thread in the pool. A client sends its headers and part of a small body, then
+    # stalls: the loop waits for the rest, and the thread answers everybody else meanwhile.
+    server = web_server(threads=1)
+    slow = socket.create_connection((server.host, server.port), timeout=30)
+    body = json.dumps({"workflow_type": "research", "inputs": {"q": "x" * 500}}).encode()
+    slow.sendall(
+        b"POST /api/v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body[:100]
+    )
+    time.sleep(0.5)  # the partial request is in
+    started = time.monotonic()
+    with urllib.request.urlopen(f"{server.url}/login/", timeout=10) as login:  # noqa: S310
+        assert login.status == 200
+    assert time.monotonic() - started < 3.0
+    slow.sendall(body[100:])
+    answer = b""
+    while chunk := slow.recv(65536):
+        answer += chunk
+    slow.close()
+    assert answer.startswith(b"HTTP/1.1 401"), answer[:200]  # no token: read whole, refused
