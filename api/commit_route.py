@@ -32,7 +32,8 @@ from rest_framework.fields import empty
 from api.errors import refusal
 from api.parsers import json_body
 from api.serializers import CheckpointCommitSerializer, CommitResultSerializer
-from checkpoints.services.checkpoints import RunnerRead, checkpoint_commit_by_runner, runner_read
+from checkpoints.services.checkpoints import checkpoint_commit_by_runner
+from checkpoints.services.reads import RunnerRead, runner_read
 from tenants.authentication import bearer_secret
 from tenants.permissions import view_allows
 from tenants.services import Actor

@@ -121,7 +121,7 @@ def test_a_runners_token_and_head_are_one_statement_and_the_head_only_its_tenant
     from uuid import uuid4
 
     from checkpoints.services import commit_sql
-    from checkpoints.services.checkpoints import runner_read
+    from checkpoints.services.reads import runner_read
     from checkpoints.services.workflows import workflow_register
     from runtime.services.runs import run_create
     from tenants.services import member_set_role, token_revoke

@@ -58,8 +58,8 @@ from checkpoints.services.references import artifact_ids_of, references_record
 from checkpoints.services.workflows import transition_allowed
 from telemetry.latency import commit_latency_record
 from telemetry.tracing import commit_traced
-from tenants.models import ApiToken, Tenant
-from tenants.services import Actor, token_accept, token_digest
+from tenants.models import Tenant
+from tenants.services import Actor
 
 log = logging.getLogger("cairn.checkpoints")
 
@@ -502,7 +502,7 @@ def checkpoint_commit_by_runner(
 ) -> CommitResult:
     """A runner's commit over HTTP (``POST /runs/{id}/checkpoints``): ``checkpoint_commit``,
     on the head it reads (one statement, which the commit then uses), or on ``head`` when
-    the caller read it with the runner's token (``runner_read``). A run Cairn's workers
+    the caller read it with the runner's token (``reads.runner_read``). A run Cairn's workers
     execute (``execution: worker``) takes checkpoints only from the holder of its lease,
     named as ``lease_owner``: anyone else is refused with LeaseHeld, so an API caller
     cannot write a worker run's history behind its worker's back. Raises what
@@ -579,25 +579,6 @@ def _head_checked(head: RunHead | None) -> RunHead:
             "Nothing was written."
         )
     return head
-
-
-@dataclass(frozen=True)
-class RunnerRead:
-    """A runner's token, authenticated, and the head of the run its request names in the
-    token's tenant (None when that tenant has no such run)."""
-
-    token: ApiToken
-    head: RunHead | None
-
-
-def runner_read(*, secret: str, run_id: UUID) -> RunnerRead | None:
-    """The token ``secret`` authenticates (``token_authenticate``'s rule: ``token_digest``
-    and ``token_accept``) and, in the same statement, the head of ``run_id`` in that
-    token's own tenant. None when the secret authenticates no token."""
-    digest = token_digest(secret)
-    found = None if digest is None else commit_sql.token_head_read(key_sha256=digest, run_id=run_id)
-    token = token_accept(None if found is None else found[0])
-    return None if token is None else RunnerRead(token=token, head=found[1])
 
 
 def _commit_plan(

@@ -1,5 +1,6 @@
 """The store's basic reads: a run (with its workflow and tenant), a run's checkpoint, a
-checkpoint's decrypted envelope, a run's latest envelope.
+checkpoint's decrypted envelope, a run's latest envelope, and a runner's token with the
+head of the run it commits to.
 
 The run and its checkpoint are read by every API request about a run and by every worker
 task before its first step, so each is one prepared statement (``tenants.prepared``) whose
@@ -13,13 +14,15 @@ checkpoint, which the API and the console show, is a selector (``checkpoints.sel
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from cairn.errors import IntegrityFailure, NotFound
 from checkpoints import crypto
 from checkpoints.models import Checkpoint, Run, WorkflowDefinition
-from tenants.models import Tenant
+from checkpoints.services import commit_sql
+from tenants.models import ApiToken, Tenant
 from tenants.prepared import (
     POSTGRES,
     SQLITE,
@@ -28,6 +31,7 @@ from tenants.prepared import (
     model_from_row,
     statement_fetchone,
 )
+from tenants.services import token_accept, token_digest
 
 if TYPE_CHECKING:
     from checkpoints.services.commit_sql import RunHead
@@ -115,3 +119,22 @@ def latest_envelope(run: Run | RunHead) -> dict[str, Any]:
     if checkpoint is None:
         return {}
     return checkpoint_envelope(checkpoint)
+
+
+@dataclass(frozen=True)
+class RunnerRead:
+    """A runner's token, authenticated, and the head of the run its request names in the
+    token's tenant (None when that tenant has no such run)."""
+
+    token: ApiToken
+    head: RunHead | None
+
+
+def runner_read(*, secret: str, run_id: UUID) -> RunnerRead | None:
+    """The token ``secret`` authenticates (``token_authenticate``'s rule: ``token_digest``
+    and ``token_accept``) and, in the same statement, the head of ``run_id`` in that
+    token's own tenant. None when the secret authenticates no token."""
+    digest = token_digest(secret)
+    found = None if digest is None else commit_sql.token_head_read(key_sha256=digest, run_id=run_id)
+    token = token_accept(None if found is None else found[0])
+    return None if token is None else RunnerRead(token=token, head=found[1])
