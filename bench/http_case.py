@@ -37,7 +37,7 @@ SERVERS = {
     # by cairn.asgi as Django is.
     "hop": ["-c", "python:cairn.gunicorn", "bench.noop_wsgi:application"],
 }
-FLOORS = ("floor", "hop")
+FLOORS = ("floor", "hop")  # servers measured only empty (EMPTY, below)
 
 
 def _server(kind: str) -> subprocess.Popen:
@@ -220,26 +220,29 @@ def _commits(
     )
 
 
+# The do-nothing floors: each one's row name and the application it serves.
+EMPTY = {
+    "floor": ("empty request (an ASGI app that does nothing),", "bench/noop_asgi.py"),
+    "hop": (
+        "empty request (a WSGI app that does nothing, on cairn.asgi's thread pool),",
+        "bench/noop_wsgi.py",
+    ),
+}
+
+
 def _floors(kind: str, rounds: int, warmup: int, server: int) -> list[Measurement]:
     """What a request costs before any commit work: nothing at all behind the same server
-    (``floor``), and Cairn's cheapest answer, a 401 (Django and DRF, no statement)."""
+    (``floor``), the hand-over to the thread pool alone (``hop``), and Cairn's cheapest
+    answer, a 401 (Django and DRF, no statement)."""
     note = f"gunicorn with cairn/gunicorn.py, {PROCESSES} processes x {THREADS} threads"
-    if kind == "floor":
+    if kind in EMPTY:
+        what, application = EMPTY[kind]
         return _one_and_eight(
-            "empty request (an ASGI app that does nothing),",
+            what,
             lambda: Requester("POST", "/", 204),
             rounds,
             warmup,
-            note + ": bench/noop_asgi.py",
-            server=server,
-        )
-    if kind == "hop":
-        return _one_and_eight(
-            "empty request (a WSGI app that does nothing, on cairn.asgi's thread pool),",
-            lambda: Requester("POST", "/", 204),
-            rounds,
-            warmup,
-            note + ": bench/noop_wsgi.py",
+            f"{note}: {application}",
             server=server,
         )
     return _one_and_eight(
