@@ -209,8 +209,8 @@ _HEAD_COLUMNS = """
        r.latest_checkpoint_id, r.latest_checkpoint_sha256, r.lease_owner, r.lease_expires_at,
        r.budget_used, r.budget_limits,
        r.step, c.id, c.sha256, c.sequence, c.state, c.step"""
-# The run's workflow and its head checkpoint, for ``_HEAD_COLUMNS`` (``{run}`` matches the
-# run: a LEFT JOIN's condition, or a WHERE).
+# The run's workflow and its head checkpoint, joined to the run ``r`` for ``_HEAD_COLUMNS``
+# (which run is the caller's WHERE, or the token's LEFT JOIN in ``_token_head``).
 _HEAD_JOINS = f"""
   JOIN {WORKFLOW} w ON w.id = r.workflow_id
   LEFT JOIN {CHECKPOINT} c ON c.id = r.latest_checkpoint_id AND c.run_id = r.id"""
