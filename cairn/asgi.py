@@ -31,7 +31,7 @@ from django.db import close_old_connections  # noqa: E402
 from django.urls import Resolver404, resolve  # noqa: E402
 
 from cairn.wsgi import application as wsgi_application  # noqa: E402 (sets Django up)
-from cairn.wsgi_bridge import ClientDisconnected, buffered_length, served_buffered  # noqa: E402
+from cairn.wsgi_bridge import ClientDisconnected, body_buffered, served_buffered  # noqa: E402
 from checkpoints.services.changes import LoopWake, run_change_subscribed  # noqa: E402
 from runtime.services.runner import RunWait, WaitHandoff, run_wait_look  # noqa: E402
 
@@ -111,19 +111,19 @@ class Application:
     gunicorn's ``threads``)."""
 
     def __init__(self, wsgi: Any, threads: int = DEFAULT_THREADS) -> None:
-        self.wsgi = wsgi
+        self.wsgi = _terminated(wsgi)  # one application for both routes
         self.threads = threads
         self._served: WSGIMiddleware | None = None
 
     @property
     def served(self) -> WSGIMiddleware:
         if self._served is None:
-            self._served = WSGIMiddleware(_terminated(self.wsgi), workers=self.threads)
+            self._served = WSGIMiddleware(self.wsgi, workers=self.threads)
         return self._served
 
     async def _serve(self, scope: dict, receive: Any, send: Any) -> None:
         """One request to Django, on the pool: in one hand-over when its body is small."""
-        if buffered_length(scope) is not None:
+        if body_buffered(scope):
             await served_buffered(self.wsgi, self.served.executor, scope, receive, send)
         else:
             await self.served(scope, _whole_bodies(receive), send)

@@ -50,19 +50,19 @@ class _CutShort(io.RawIOBase):
         raise ClientDisconnected("the client went away before its request body ended")
 
 
-def buffered_length(scope: dict) -> int | None:
-    """The body's declared length when it is small enough to read on the loop (0 for no
-    body), else None: a chunked body, or a declared length above ``BUFFERED_BODY_BYTES``."""
+def body_buffered(scope: dict) -> bool:
+    """Whether the request's body is small enough to read on the loop: none, or a declared
+    length of at most ``BUFFERED_BODY_BYTES``; not a chunked one."""
     declared = 0
     for name, value in scope["headers"]:
         if name == b"transfer-encoding":
-            return None
+            return False
         if name == b"content-length":
             try:
                 declared = int(value)
             except ValueError:
-                return None  # malformed; uvicorn refuses it before this, a2wsgi if not
-    return declared if 0 <= declared <= BUFFERED_BODY_BYTES else None
+                return False  # malformed; uvicorn refuses it before this, a2wsgi if not
+    return 0 <= declared <= BUFFERED_BODY_BYTES
 
 
 async def body_read(receive: Any) -> bytes | None:
@@ -135,11 +135,12 @@ def _call(wsgi: Any, environ: dict, loop: asyncio.AbstractEventLoop, send: Any) 
 async def served_buffered(
     wsgi: Any, executor: ThreadPoolExecutor, scope: dict, receive: Any, send: Any
 ) -> None:
-    """Serve one request whose body ``buffered_length`` allows, on ``executor``."""
+    """Serve one request whose body ``body_buffered`` allows, on ``executor``. ``wsgi`` is
+    told that its input ends where the body does (``wsgi.input_terminated``, which
+    ``cairn.asgi`` sets for both routes)."""
     body = await body_read(receive)
     stream = io.BytesIO(body) if body is not None else io.BufferedReader(_CutShort())
     environ = build_environ(scope, stream)  # type: ignore[arg-type]
-    environ["wsgi.input_terminated"] = True  # the input ends where the body does
     loop = asyncio.get_running_loop()
     call = contextvars.copy_context().run
     answer = await loop.run_in_executor(executor, call, _call, wsgi, environ, loop, send)

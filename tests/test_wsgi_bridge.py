@@ -82,6 +82,7 @@ class Seen:
         self.meta = {
             k: v for k, v in request.META.items() if isinstance(v, str) and k != "wsgi.input"
         }
+        self.meta["wsgi.input_terminated"] = environ.get("wsgi.input_terminated")
         self.meta["path"], self.meta["GET"] = request.path, dict(request.GET)
         self.thread = threading.get_ident()
         response = HttpResponse(json.dumps({"got": len(self.body)}), status=201)
@@ -95,12 +96,12 @@ def both_routes(body: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[Seen, 
     short, streamed = Seen(), Seen()
     serve(Application(short), scope_of("POST", body, headers), [body])
     a2 = Application(streamed)
-    original = cairn.asgi.buffered_length
-    cairn.asgi.buffered_length = lambda scope: None
+    original = cairn.asgi.body_buffered
+    cairn.asgi.body_buffered = lambda scope: False
     try:
         serve(a2, scope_of("POST", body, headers), [body])
     finally:
-        cairn.asgi.buffered_length = original
+        cairn.asgi.body_buffered = original
     return short, streamed
 
 
@@ -142,6 +143,7 @@ def test_django_sees_the_same_request_on_either_route(body, headers):
     short, streamed = both_routes(body, headers)
     assert short.body == streamed.body == body
     assert short.meta == streamed.meta
+    assert short.meta["wsgi.input_terminated"] is True  # a chunked body can be read
     assert short.meta["REMOTE_ADDR"] == "10.0.0.7" and short.meta["GET"] == {
         "a": ["1"],
         "b": ["é"],
@@ -196,11 +198,11 @@ def test_a_client_gone_mid_body_is_a_400_and_the_application_never_reads_a_short
 
 def test_a_large_or_chunked_body_goes_to_the_thread_as_it_is_read():
     big = b"z" * (wsgi_bridge.BUFFERED_BODY_BYTES + 1)
-    assert wsgi_bridge.buffered_length(scope_of("POST", big, [])) is None
+    assert not wsgi_bridge.body_buffered(scope_of("POST", big, []))
     chunked = scope_of("POST", b"", [(b"transfer-encoding", b"chunked")])
-    assert wsgi_bridge.buffered_length(chunked) is None
-    assert wsgi_bridge.buffered_length(scope_of("POST", b"a" * 100, [])) == 100
-    assert wsgi_bridge.buffered_length(scope_of("GET", b"", [])) == 0
+    assert not wsgi_bridge.body_buffered(chunked)
+    assert wsgi_bridge.body_buffered(scope_of("POST", b"a" * 100, []))
+    assert wsgi_bridge.body_buffered(scope_of("GET", b"", []))
     seen = Seen()
     messages = serve(Application(seen), scope_of("POST", big, []), [big[:5000], big[5000:]])
     assert seen.body == big and messages[0]["status"] == 201
