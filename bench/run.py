@@ -22,9 +22,11 @@ from bench.common import (  # noqa: E402
     QUICK,
     RESULTS,
     Measurement,
+    autovacuum_setting,
     db_url,
     recreate_database,
     setup_django,
+    vacuum_analyze,
     write_json,
 )
 
@@ -77,7 +79,8 @@ def ratios(measurements: list[Measurement]) -> list[dict]:
 
 def markdown(rows: list[dict], started: str, elapsed: float) -> str:
     lines = [
-        f"Measured {started} on {machine()}, PostgreSQL and Redis on loopback; "
+        f"Measured {started} on {machine()}, PostgreSQL (autovacuum {autovacuum_setting()}; "
+        "each case starts after VACUUM ANALYZE) and Redis on loopback; "
         f"{'quick smoke run' if QUICK else 'full run'} in {elapsed:.0f} s.",
         "",
         "Round trips, statements (BEGIN and COMMIT included) and transactions are per "
@@ -139,6 +142,14 @@ def charts(measurements: list[Measurement]) -> None:
         plt.close(fig)
 
 
+def case_begins(label: str) -> None:
+    """Announce a case, and give it the databases as autovacuum would leave them on a live
+    system (``vacuum_analyze``): no case pays for the dead rows of the cases before it."""
+    print(label, flush=True)
+    vacuum_analyze(BENCH_DB)
+    vacuum_analyze(BENCH_DB + "_dbos")
+
+
 def main() -> int:
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     clock = time.perf_counter()
@@ -155,42 +166,42 @@ def main() -> int:
     # DBOS runs only in processes of its own, started for its own rounds (bench/dbos_proc).
     dbos_dsn = db_url(BENCH_DB + "_dbos")
     if "commit" in CASES:
-        print("case 1: commit", flush=True)
+        case_begins("case 1: commit")
         counts = cases.commit_counts(tenant, dbos_dsn)
         measurements += cases.commit_case(tenant, dbos_dsn, counts)
     if "writers" in CASES:
-        print("case 1b: commit throughput, writer processes", flush=True)
+        case_begins("case 1b: commit throughput, writer processes")
         from bench.procs import writers_case
 
         measurements += writers_case(tenant, dbos_dsn)
     if "http" in CASES:
-        print("case 2: commit over HTTP", flush=True)
+        case_begins("case 2: commit over HTTP")
         from bench.http_case import http_case
 
         measurements += http_case(tenant)
     if "restore" in CASES:
-        print("case 3: restore vs history length", flush=True)
+        case_begins("case 3: restore vs history length")
         measurements += cases.restore_case(tenant)
     if "steps" in CASES:
-        print("case 4: step overhead on workers", flush=True)
+        case_begins("case 4: step overhead on workers")
         from bench.workers import worker_case
 
         measurements += worker_case(tenant, dbos_dsn)
     if "takeover" in CASES and "steps" not in CASES:  # "steps" measures it too
-        print("case 4b: take-over of a killed worker's run, as shipped", flush=True)
+        case_begins("case 4b: take-over of a killed worker's run, as shipped")
         from bench.workers import takeover_case
 
         measurements += takeover_case(tenant)
     if "contention" in CASES:
-        print("case 5: contention", flush=True)
+        case_begins("case 5: contention")
         measurements += cases.contention_case(tenant)
     if "tracing" in CASES:
-        print("case 6: what tracing costs (commit, worker step)", flush=True)
+        case_begins("case 6: what tracing costs (commit, worker step)")
         from bench.tracing_case import tracing_case
 
         measurements += tracing_case(tenant)
     if "approval" in CASES:
-        print("case 7: decision to next step (approve → the worker starts the next step)")
+        case_begins("case 7: decision to next step (approve → the worker starts the next step)")
         from bench.approval_case import approval_case
 
         measurements += approval_case()
