@@ -165,6 +165,7 @@ def http_layers(tenant, size: int, commits: int) -> None:  # noqa: ANN001
     application = get_wsgi_application()  # what gunicorn calls, without a socket
     path = f"/api/v1/runs/{run.id}/checkpoints"
     version = [run.version]
+    last = [b""]  # the last answer
 
     def commit() -> None:
         body = json.dumps(
@@ -188,6 +189,7 @@ def http_layers(tenant, size: int, commits: int) -> None:  # noqa: ANN001
         chunks = application(environ, lambda status, headers: answered.append(status))
         data = b"".join(chunks)
         assert answered[0].startswith("201"), (answered, data[:300])
+        last[0] = data
         version[0] = json.loads(data)["run_version"]
 
     for _ in range(20):
@@ -214,6 +216,12 @@ def http_layers(tenant, size: int, commits: int) -> None:  # noqa: ANN001
     print(
         f"\nThe HTTP commit in process, no profiler: median {unprofiled:.3f} ms ({commits} commits)"
     )
+
+    def client_work() -> None:  # what commit() does besides calling the application
+        json.dumps({"expected_version": version[0], "state": "s", "step": "s", "envelope": groups})
+        json.loads(last[0])
+
+    cpu_by_part(commit, client_work, commits)
     profile = cProfile.Profile()
     profile.runcall(lambda: [commit() for _ in range(commits)])
     stats = pstats.Stats(profile)
@@ -254,6 +262,59 @@ def http_layers(tenant, size: int, commits: int) -> None:  # noqa: ANN001
     print("  of the rest, by file:")
     for tottime, filename in rest[:8]:
         print(f"    {1000 * tottime / commits:7.3f} ms  {filename[-70:]}")
+
+
+def cpu_by_part(commit: Callable[[], None], client_work: Callable[[], None], commits: int) -> None:
+    """The CPU time (this process's, no profiler) of ``commits`` HTTP commits, and of the
+    short path's parts inside them: the rest is Django's handler, its middleware and the
+    URL resolving around the view. CPU, not wall time: the database's waits are not in it,
+    so this is what the web process spends of the two cores a commit."""
+    from api import commit_route
+
+    parts = {
+        "_plain_request": "the request's shape (no statement)",
+        "runner_read": "the token and the run's head (one statement, the models built)",
+        "_plain_body": "the JSON body, parsed and checked",
+        "checkpoint_commit_by_runner": "the commit (envelope, seal, one statement)",
+        "_json": "the answer rendered",
+    }
+    spent = dict.fromkeys(parts, 0.0)
+    originals = {name: getattr(commit_route, name) for name in parts}
+
+    def counted(name: str) -> Callable:
+        def call(*args: object, **kwargs: object) -> object:
+            started = time.process_time()
+            try:
+                return originals[name](*args, **kwargs)
+            finally:
+                spent[name] += time.process_time() - started
+
+        return call
+
+    for name in parts:
+        setattr(commit_route, name, counted(name))
+    try:
+        started = time.process_time()
+        for _ in range(commits):
+            commit()
+        total = time.process_time() - started
+    finally:
+        for name, original in originals.items():
+            setattr(commit_route, name, original)
+    started = time.process_time()
+    for _ in range(commits):
+        client_work()
+    client = time.process_time() - started
+    rows = {
+        "all (the bench client's own JSON work taken out)": total - client,
+        **{what: spent[name] for name, what in parts.items()},
+        "the rest: Django's handler, middleware, URL resolving, the view": (
+            total - client - sum(spent.values())
+        ),
+    }
+    print(f"\nThe HTTP commit in process, CPU time a commit ({commits} commits, no profiler):")
+    for what, seconds in rows.items():
+        print(f"  {what:66} {1000 * seconds / commits:7.3f} ms")
 
 
 def explain(tenant, committer) -> None:  # noqa: ANN001
