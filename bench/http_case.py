@@ -26,12 +26,16 @@ from bench.common import (
     timed_threads,
     vacuum_analyze,
 )
+from cairn import gunicorn as gunicorn_config
 
 PORT = int(os.environ.get("BENCH_HTTP_PORT", "8791"))
 CLIENTS = 8
 
 
-PROCESSES, THREADS = 4, 2
+# As deployed (docs/deployment.md): one process per core, each with cairn/gunicorn.py's
+# threads. Four processes on two cores took 10-15% more CPU a commit than two, with no
+# higher rate (alternating runs, 2026-12-07); gthread is given the same.
+PROCESSES, THREADS = os.cpu_count() or 2, gunicorn_config.threads
 WAITS = 200
 GTHREAD_LOGIN_CUTOFF = 10.0
 SERVERS = {
