@@ -11,6 +11,8 @@ ERROR_REF = {"$ref": "#/components/schemas/Error"}
 COMMON = {
     "401": "No valid credentials: a bearer token or a signed-in session is required.",
     "403": "Signed in, but your role in this tenant does not allow this.",
+    "406": "The Accept header names no media type this API answers in (it answers "
+    "application/json); a blank header is no preference (not_acceptable).",
     # Answered by the web server itself, as its own HTML page (gunicorn: a request line
     # over 4094 bytes).
     "414": "The address and query string are longer than the server reads.",
@@ -27,8 +29,8 @@ BODY = {
 
 
 def add_common_responses(result, generator, request, public):  # noqa: ANN001, ANN201
-    """Every operation with security requirements may answer 400, 401, 403 and 503, and
-    one that takes a body 411 and 413 (docs/api.md)."""
+    """Every operation with security requirements may answer 400, 401, 403, 406, 414 and
+    503, and one that takes a body 411 and 413 (docs/api.md)."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas.setdefault(
         "Error",
