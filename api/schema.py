@@ -26,11 +26,15 @@ BODY = {
     "411": "A chunked body this server cannot read; send it with Content-Length.",
     "413": "The request body is larger than the limit.",
 }
+# Operations whose body is JSON: a body sent as another media type is not read.
+JSON_BODY = {
+    "415": "The body's Content-Type is not application/json (unsupported_media_type).",
+}
 
 
 def add_common_responses(result, generator, request, public):  # noqa: ANN001, ANN201
     """Every operation with security requirements may answer 400, 401, 403, 406, 414 and
-    503, and one that takes a body 411 and 413 (docs/api.md)."""
+    503, one that takes a body 411 and 413, and one that takes JSON 415 (docs/api.md)."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas.setdefault(
         "Error",
@@ -66,7 +70,12 @@ def add_common_responses(result, generator, request, public):  # noqa: ANN001, A
                     "content": {"application/json": {"schema": ERROR_REF}},
                 },
             )
-            common = {**COMMON, **(BODY if operation.get("requestBody") else {})}
+            body = operation.get("requestBody", {}).get("content", {})
+            common = {
+                **COMMON,
+                **(BODY if body else {}),
+                **(JSON_BODY if "application/json" in body else {}),
+            }
             for status, description in common.items():
                 responses.setdefault(
                     status,

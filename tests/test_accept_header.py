@@ -1,10 +1,11 @@
-"""What every API route answers to the request's Accept header.
+"""What every API route answers to the request's Accept and Content-Type headers.
 
 The API answers JSON. A client that sends no usable preference (no Accept header, an empty
 one, only blanks) gets JSON, as a client that sends none does (RFC 9110 lets a server
 disregard the header); the commit's short path already read a blank header so, and DRF's
 negotiation answered 406 to it, an answer the schema did not document. A client whose
-Accept header excludes JSON gets the documented 406.
+Accept header excludes JSON gets the documented 406, and a body sent as another media type
+to a route that takes JSON the documented 415.
 """
 
 from __future__ import annotations
@@ -64,12 +65,33 @@ def test_an_accept_header_without_json_gets_the_documented_406(alice, acme):
     assert response.status_code == 406
     assert response.json()["code"] == "not_acceptable"
     schema = client.get("/api/v1/schema?format=json").json()
-    secured = [
+    secured = _secured_operations(schema)
+    assert secured
+    undocumented = [(p, m) for p, m, op in secured if "406" not in op["responses"]]
+    assert undocumented == []
+
+
+def _secured_operations(schema: dict) -> list[tuple[str, str, dict]]:
+    return [
         (path, method, operation)
         for path, item in schema["paths"].items()
         for method, operation in item.items()
         if isinstance(operation, dict) and operation.get("security") not in (None, [{}])
     ]
-    assert secured
-    undocumented = [(p, m) for p, m, op in secured if "406" not in op["responses"]]
+
+
+@pytest.mark.django_db
+def test_a_body_that_is_not_json_gets_the_documented_415(alice, acme):
+    client = api_client(alice, acme)
+    response = client.post("/api/v1/runs", "workflow_type=x", content_type="text/plain")
+    assert response.status_code == 415
+    assert response.json()["code"] == "unsupported_media_type"
+    schema = client.get("/api/v1/schema?format=json").json()
+    takes_json = [
+        (path, method, operation)
+        for path, method, operation in _secured_operations(schema)
+        if "application/json" in operation.get("requestBody", {}).get("content", {})
+    ]
+    assert takes_json
+    undocumented = [(p, m) for p, m, op in takes_json if "415" not in op["responses"]]
     assert undocumented == []

@@ -40,8 +40,8 @@ NOT_OURS = {
 ISSUE_MENTION = re.compile(r"\b[Ii]ssues? #?\d+")
 ROUTE_HEADING = re.compile(r"^### (GET|POST|PUT|PATCH|DELETE) (/\S+)$", re.M)
 # Every authenticated route may answer these; api.md says so once, under "Errors" (414: the
-# web server itself).
-COMMON_CODES = {"400", "401", "403", "411", "413", "414", "503"}
+# web server itself; 411 and 413 a route that takes a body, 415 one that takes JSON).
+COMMON_CODES = {"400", "401", "403", "406", "411", "413", "414", "415", "503"}
 
 
 def section(text: str, heading_at: int) -> str:
