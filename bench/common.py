@@ -38,15 +38,31 @@ def recreate_database(name: str) -> None:
 
 
 def vacuum_analyze(name: str) -> None:
-    """VACUUM and ANALYZE the database ``name``: what autovacuum does on a live system. The
-    CI machine's server runs with it off (``autovacuum_setting``), so without this a case
-    would start on the dead row versions and the missing statistics the cases before it
-    left (85,000 dead versions of the run table after the writers case, and prepared
-    statements planned on tables never analyzed)."""
+    """VACUUM and ANALYZE every table of the database ``name`` that holds rows: what
+    autovacuum does on a live system. The CI machine's server runs with it off
+    (``autovacuum_setting``), so without this a case would start on the dead row versions
+    and the missing statistics the cases before it left (85,000 dead versions of the run
+    table after the writers case, and prepared statements planned on tables never
+    analyzed).
+
+    An empty table is left as it is, never analyzed, as autovacuum leaves a table nothing
+    has written. Analyzed while empty, its statistics say so, and a statement prepared
+    while it is still small keeps a plan that scans it whole: the commit's generic plan
+    then read every checkpoint and outbox row on every commit, 0.69 ms a commit growing to
+    1.25 ms over 3,000 (the first case of a run began that way on 2026-12-07)."""
     import psycopg
+    from psycopg import sql
 
     with psycopg.connect(db_url(name), autocommit=True) as conn:
-        conn.execute("VACUUM (ANALYZE)")
+        tables = conn.execute(
+            "SELECT schemaname, relname FROM pg_stat_user_tables ORDER BY 1, 2"
+        ).fetchall()
+        for schema, table in tables:
+            name_sql = sql.Identifier(schema, table)
+            if conn.execute(
+                sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(name_sql)
+            ).fetchone()[0]:
+                conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(name_sql))
 
 
 def autovacuum_setting() -> str:
