@@ -80,7 +80,7 @@ def ratios(measurements: list[Measurement]) -> list[dict]:
 def markdown(rows: list[dict], started: str, elapsed: float) -> str:
     lines = [
         f"Measured {started} on {machine()}, PostgreSQL (autovacuum {autovacuum_setting()}; "
-        "each case starts after VACUUM ANALYZE) and Redis on loopback; "
+        "each case starts after VACUUM ANALYZE of every table with rows) and Redis on loopback; "
         f"{'quick smoke run' if QUICK else 'full run'} in {elapsed:.0f} s.",
         "",
         "Round trips, statements (BEGIN and COMMIT included) and transactions are per "
