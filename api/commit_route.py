@@ -30,6 +30,7 @@ from rest_framework.exceptions import APIException
 from rest_framework.fields import empty
 
 from api.errors import refusal
+from api.negotiation import BlankAcceptIsAny
 from api.parsers import json_body
 from api.serializers import CheckpointCommitSerializer, CommitResultSerializer
 from checkpoints.services.checkpoints import checkpoint_commit_by_runner
@@ -43,6 +44,7 @@ _JSON_RANGES = frozenset({"application/json", "application/*", "*/*"})
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _FIELDS = dict(CheckpointCommitSerializer._declared_fields)
 _ANSWER_FIELDS = tuple(CommitResultSerializer._declared_fields)
+_NEGOTIATION = BlankAcceptIsAny()  # DRF's views read the Accept header through it too
 
 
 def commit_answer(view: Any, request: HttpRequest, *, run_id: UUID) -> HttpResponse | None:
@@ -145,7 +147,7 @@ def _plain_request(request: HttpRequest) -> bool:
         return False
     if request.content_params.get("charset", "utf-8").lower() not in ("utf-8", "utf8"):
         return False
-    if not _takes_json(request.META.get("HTTP_ACCEPT", "")):
+    if not _takes_json(request):
         return False
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or "")
@@ -162,14 +164,14 @@ def _plain_body(request: HttpRequest) -> dict[str, Any] | None:
     return commit_body(value)
 
 
-def _takes_json(accept: str) -> bool:
-    """Whether a client with this Accept header takes JSON: no header, or a range that
-    includes it. A header with parameters (quality values) is left to DRF's negotiation."""
-    if not accept.strip():
-        return True
-    if ";" in accept:
+def _takes_json(request: HttpRequest) -> bool:
+    """Whether the client takes JSON: its Accept header's ranges, as the API's negotiation
+    reads them (none is no preference), include it. A range with parameters (quality
+    values) is left to DRF's negotiation."""
+    ranges = _NEGOTIATION.get_accept_list(request)
+    if any(";" in media for media in ranges):
         return False
-    return any(media.strip() in _JSON_RANGES for media in accept.split(","))
+    return any(media in _JSON_RANGES for media in ranges)
 
 
 def _json(view: Any, status: int, body: dict, headers: dict[str, str]) -> HttpResponse:
